@@ -1,0 +1,1 @@
+"""Tessera's Kubernetes operator: runs EmbeddingJobs (kopf controller; never imports torch)."""

@@ -1,0 +1,186 @@
+"""The `tessera` command: one subcommand per job, PBG's command-line shape.
+
+Each subcommand parses its flags here and calls one function of the package; heavy imports
+(torch, pyarrow) happen inside the subcommand so that `tessera --help` and `tessera config`
+stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import TesseraError
+from .progress import Reporter
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    reporter = Reporter("quiet" if args.quiet else args.log_format)
+    try:
+        return int(args.run(args, reporter) or 0)
+    except TesseraError as error:
+        print(f"tessera {args.command}: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print(f"tessera {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tessera", description="Train embeddings of huge multi-relation graphs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_import(commands)
+    _add_train(commands)
+    _add_eval(commands)
+    _add_export(commands)
+    _add_config(commands)
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser, *, with_config: bool = True) -> None:
+    if with_config:
+        parser.add_argument("config", help="config file: YAML, JSON or a PBG Python config")
+        parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a config key (dotted path, e.g. -p num_epochs=5 "
+                            "-p relations.0.operator=translation); repeatable")
+    parser.add_argument("--quiet", action="store_true", help="print only errors")
+    parser.add_argument("--log-format", choices=["auto", "human", "json"], default="auto",
+                        help="progress style; auto: human on a terminal, JSON lines otherwise")
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from .config import load_config
+
+    return load_config(args.config, args.param)
+
+
+def _add_import(commands: Any) -> None:
+    parser = commands.add_parser(
+        "import", help="turn TSV/CSV/Parquet edge lists into partitioned HDF5 buckets",
+        description="Import edge lists: one INPUT per entry of the config's edge_paths. "
+        "Writes entity counts and names to entity_path and buckets to each edge path.")
+    _common(parser)
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="edge list file or URL")
+    parser.add_argument("--lhs-col", type=int, default=0, help="0-based column of the source")
+    parser.add_argument("--rhs-col", type=int, default=1, help="0-based column of the target")
+    parser.add_argument("--rel-col", type=int, default=None,
+                        help="0-based column of the relation name (default: all edges are of "
+                        "the first relation)")
+    parser.add_argument("--format", dest="input_format", choices=["tsv", "csv", "parquet"],
+                        help="input format (default: from the file extension)")
+    parser.add_argument("--delimiter", help="field separator of text inputs")
+    parser.add_argument("--partitioning", choices=["random", "hash"], default="random",
+                        help="how entities are assigned to partitions")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random partitioning")
+    parser.add_argument("--entity-min-count", type=int, default=1,
+                        help="drop entities seen fewer times, with their edges")
+    parser.add_argument("--relation-type-min-count", type=int, default=1,
+                        help="with dynamic relations, drop rarer relation types")
+    parser.set_defaults(run=_run_import)
+
+
+def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .importing import ImportOptions, import_edges
+
+    options = ImportOptions(
+        lhs_col=args.lhs_col, rhs_col=args.rhs_col, rel_col=args.rel_col,
+        input_format=args.input_format, delimiter=args.delimiter,
+        partitioning=args.partitioning, seed=args.seed,
+        entity_min_count=args.entity_min_count,
+        relation_type_min_count=args.relation_type_min_count)
+    import_edges(_load(args), args.inputs, options, reporter)
+    return 0
+
+
+def _add_train(commands: Any) -> None:
+    parser = commands.add_parser(
+        "train", help="train embeddings (resumes from the checkpoint if there is one)")
+    _common(parser)
+    parser.set_defaults(run=_run_train)
+
+
+def _run_train(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .training.coordinator import train
+
+    train(_load(args), reporter)
+    return 0
+
+
+def _add_eval(commands: Any) -> None:
+    parser = commands.add_parser(
+        "eval", help="rank held-out edges: MRR, Hits@1/10/50, mean rank, AUC",
+        description="Evaluate the latest checkpoint on the config's edge_paths (override them "
+        "with -p edge_paths=...). With --filtered, every entity is a candidate and the "
+        "other true edges found in the --filter-paths edge sets are not counted as errors.")
+    _common(parser)
+    parser.add_argument("--filtered", action="store_true",
+                        help="rank against all entities, removing known true edges")
+    parser.add_argument("--filter-paths", nargs="+", default=None, metavar="EDGE_PATH",
+                        help="edge sets whose edges are known true (default with --filtered: "
+                        "the evaluated edge sets themselves)")
+    parser.add_argument("--output", help="also write the metrics to this JSON file")
+    parser.set_defaults(run=_run_eval)
+
+
+def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .evaluation.command import evaluate_checkpoint
+
+    metrics = evaluate_checkpoint(_load(args), reporter, filtered=args.filtered,
+                                  filter_paths=args.filter_paths)
+    print(json.dumps(metrics, indent=2))
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as file:
+            json.dump(metrics, file, indent=2)
+    return 0
+
+
+def _add_export(commands: Any) -> None:
+    parser = commands.add_parser(
+        "export", help="write embeddings (with entity names) and relation parameters",
+        description="Export the latest checkpoint: embeddings as TSV (name then values) or "
+        "HDF5/NumPy, and relation operator parameters as TSV.")
+    _common(parser)
+    parser.add_argument("output", help="output directory (path or URL)")
+    parser.add_argument("--format", dest="output_format", choices=["tsv", "h5", "npy"],
+                        default="tsv", help="format of the embeddings (default tsv)")
+    parser.add_argument("--entity-types", nargs="+", default=None,
+                        help="only these entity types (default: all)")
+    parser.set_defaults(run=_run_export)
+
+
+def _run_export(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .exporting import export_checkpoint
+
+    export_checkpoint(_load(args), args.output, reporter, output_format=args.output_format,
+                      entity_types=args.entity_types)
+    return 0
+
+
+def _add_config(commands: Any) -> None:
+    parser = commands.add_parser("config", help="check a config, or print its JSON Schema")
+    parser.add_argument("action", choices=["check", "schema"],
+                        help="check: validate CONFIG and print it with defaults filled in; "
+                        "schema: print the JSON Schema of configs")
+    parser.add_argument("config", nargs="?", help="config file (for check)")
+    parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key (as for the other commands)")
+    _common(parser, with_config=False)
+    parser.set_defaults(run=_run_config)
+
+
+def _run_config(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .config import config_json_schema
+
+    if args.action == "schema":
+        print(json.dumps(config_json_schema(), indent=2))
+        return 0
+    if not args.config:
+        raise SystemExit("tessera config check: a CONFIG file is required")
+    print(json.dumps(_load(args).to_dict(), indent=2))
+    return 0

@@ -1,0 +1,118 @@
+"""Read a config file (YAML, JSON or a PBG-style Python file) and apply `-p key=value` overrides.
+
+YAML and JSON may live at any fsspec URL. Python configs are executed from a local path, as
+PBG does, but without touching `sys.path`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import yaml
+
+from ..errors import ConfigError
+from .schema import ConfigSchema
+from .validate import parse_config
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """A SafeLoader that also reads `1e-3` as a number (YAML 1.2), as users expect."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)$|^[-+]?(?:\d+\.\d*|\.\d+)$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        raise ConfigError(source, f"not valid YAML: {error}") from None
+
+
+def read_config_dict(location: str) -> dict[str, Any]:
+    """The raw mapping a config file holds, before validation."""
+    if location.endswith(".py"):
+        return _read_python_config(location)
+    try:
+        with fsspec.open(location, "rt", encoding="utf-8") as file:
+            text = file.read()
+    except FileNotFoundError:
+        raise ConfigError(location, "config file not found") from None
+    if location.endswith(".json"):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(location, f"not valid JSON: {error}") from None
+    else:
+        raw = parse_yaml(text, location)
+    if not isinstance(raw, dict):
+        raise ConfigError(location, "the config must be a mapping of keys to values")
+    return raw
+
+
+def _read_python_config(location: str) -> dict[str, Any]:
+    path = Path(location)
+    if not path.is_file():
+        raise ConfigError(location, "config file not found")
+    spec = importlib.util.spec_from_file_location(f"_tessera_config_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    factory = getattr(module, "get_torchbiggraph_config", None)
+    if factory is None:
+        raise ConfigError(location, "a Python config must define get_torchbiggraph_config()")
+    raw = factory()
+    if not isinstance(raw, dict):
+        raise ConfigError(location, "get_torchbiggraph_config() must return a dict")
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Apply `key=value` overrides; keys are dotted paths (`relations.0.operator`)."""
+    for override in overrides:
+        key, sep, text = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(override, "an override must look like key=value")
+        value = parse_yaml(text, f"override {key}") if text else ""
+        *parents, leaf = key.split(".")
+        target: Any = raw
+        for part in parents:
+            target = _step(target, part, key)
+        if isinstance(target, list):
+            target[_index(target, leaf, key)] = value
+        else:
+            current = target.get(leaf) if isinstance(target, dict) else None
+            if leaf == "edge_paths" or isinstance(current, list):
+                if isinstance(value, str):  # PBG style: -p edge_paths=a,b
+                    value = [item for item in value.split(",") if item]
+            target[leaf] = value
+    return raw
+
+
+def _step(target: Any, part: str, key: str) -> Any:
+    if isinstance(target, list):
+        return target[_index(target, part, key)]
+    if isinstance(target, dict):
+        return target.setdefault(part, {})
+    raise ConfigError(key, f"cannot descend into '{part}': it is not a mapping or a list")
+
+
+def _index(target: list[Any], part: str, key: str) -> int:
+    if not part.isdigit() or int(part) >= len(target):
+        raise ConfigError(key, f"'{part}' is not an index of a list of {len(target)} items")
+    return int(part)
+
+
+def load_config(location: str, overrides: Iterable[str] = ()) -> ConfigSchema:
+    """Read, override and validate a config; raise ConfigError naming the key if it is wrong."""
+    return parse_config(apply_overrides(read_config_dict(location), overrides))

@@ -1,0 +1,180 @@
+"""The training config: every key of PyTorch-BigGraph's schema, with PBG's names and defaults.
+
+Each field carries its help text and numeric bounds in `metadata`, so that the validator, the
+JSON Schema (and through it the operator's CRD) and the documentation are all derived from
+this one file. This module must never import torch: the operator reuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+OperatorName = Literal["none", "translation", "diagonal", "linear", "affine", "complex_diagonal"]
+ComparatorName = Literal["dot", "cos", "l2", "squared_l2"]
+LossName = Literal["ranking", "logistic", "softmax"]
+BucketOrderName = Literal["random", "affinity", "inside_out", "outside_in"]
+RegularizerName = Literal["N3"]
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, minimum: float | None = None,
+           exclusive_minimum: float | None = None, maximum: float | None = None) -> Any:
+    """A schema field: a default (none means required), help text and optional numeric bounds."""
+    metadata = {"help": help, "minimum": minimum, "exclusive_minimum": exclusive_minimum,
+                "maximum": maximum}
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntitySchema:
+    """One entity type."""
+
+    num_partitions: int = option(
+        help="Number of partitions the entities of this type are split into; 1 means "
+        "unpartitioned. All partitioned types must use the same count.", minimum=1)
+    featurized: bool = option(
+        False, help="Whether each entity is the mean of the embeddings of its features.")
+    dimension: int | None = option(
+        None, help="Embedding dimension of this type, overriding the global `dimension`.",
+        minimum=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RelationSchema:
+    """One relation type: which entity types it joins and how it transforms them."""
+
+    name: str = option(help="A human-readable identifier for the relation type.")
+    lhs: str = option(help="Entity type of the left-hand side (source) of its edges.")
+    rhs: str = option(help="Entity type of the right-hand side (destination) of its edges.")
+    weight: float = option(1.0, help="Multiplier of this relation's loss.", minimum=0)
+    operator: OperatorName = option(
+        "none", help="Transformation applied to the right-hand side embedding "
+        "(to both sides, one operator each, with dynamic relations) before comparison.")
+    all_negs: bool = option(
+        False, help="Use every entity of the partition as a negative instead of sampling.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigSchema:
+    """A whole training run: the graph's schema, the model, the data paths and the loop."""
+
+    # The graph and the model.
+    entities: dict[str, EntitySchema] = option(
+        help="The entity types, by name.")
+    relations: list[RelationSchema] = option(
+        help="The relation types; an edge's `rel` value is an index into this list.")
+    dimension: int = option(help="Dimension of the embeddings.", minimum=1)
+    init_scale: float = option(
+        1e-3, help="Standard deviation of the normal distribution new embeddings are drawn from.",
+        exclusive_minimum=0)
+    max_norm: float | None = option(
+        None, help="If set, embeddings are rescaled to at most this L2 norm when used.",
+        exclusive_minimum=0)
+    global_emb: bool = option(
+        True, help="Add a learned per-entity-type embedding to every entity of that type.")
+    comparator: ComparatorName = option(
+        "cos", help="How a left-hand and a right-hand embedding are scored against each other.")
+    bias: bool = option(
+        False, help="Use the first coordinate of each embedding as a bias term of the score.")
+    loss_fn: LossName = option("ranking", help="Loss that contrasts positives with negatives.")
+    margin: float = option(0.1, help="Margin of the ranking loss.")
+    regularization_coef: float = option(
+        0.0, help="Weight of the regularizer on the embeddings and relation parameters.",
+        minimum=0)
+    regularizer: RegularizerName = option("N3", help="Regularizer applied when its coef > 0.")
+
+    # Data.
+    entity_path: str = option(
+        help="Directory (path or URL) with entity counts and, optionally, entity names.")
+    edge_paths: list[str] = option(
+        help="Directories (paths or URLs) of edge buckets; each is one edge set of an epoch.")
+    checkpoint_path: str = option(help="Directory (path or URL) where checkpoints are written.")
+    init_path: str | None = option(
+        None, help="Checkpoint directory to initialise the embeddings and the model from.")
+    checkpoint_preservation_interval: int | None = option(
+        None, help="Keep a copy of the checkpoint every this many epochs (others are deleted).",
+        minimum=1)
+    storage_options: dict[str, Any] = option(
+        {}, help="Options passed to the fsspec filesystem of every URL (e.g. S3 endpoint_url, "
+        "key, secret); credentials may also come from the environment.")
+
+    # The training loop.
+    num_epochs: int = option(1, help="Number of passes over all the edges.", minimum=0)
+    num_edge_chunks: int | None = option(
+        None, help="Split each bucket into this many chunks; derived from max_edges_per_chunk "
+        "when unset.", minimum=1)
+    max_edges_per_chunk: int = option(
+        1_000_000_000, help="Upper bound on the edges of a chunk, used when num_edge_chunks is "
+        "unset.", minimum=1)
+    bucket_order: BucketOrderName = option(
+        "inside_out", help="Order in which the buckets of an epoch are trained.")
+    workers: int | None = option(
+        None, help="Number of Hogwild worker processes; defaults to the number of CPUs.",
+        minimum=1)
+    batch_size: int = option(1000, help="Number of edges per batch.", minimum=1)
+    num_batch_negs: int = option(
+        50, help="Negatives taken from the other edges of the batch, per chunk of this size.",
+        minimum=0)
+    num_uniform_negs: int = option(
+        50, help="Negatives drawn uniformly from the partition.", minimum=0)
+    disable_lhs_negs: bool = option(False, help="Do not corrupt the left-hand side.")
+    disable_rhs_negs: bool = option(False, help="Do not corrupt the right-hand side.")
+    lr: float = option(1e-2, help="Learning rate of the embeddings (Adagrad).", minimum=0)
+    relation_lr: float | None = option(
+        None, help="Learning rate of the relation parameters; defaults to lr.", minimum=0)
+    eval_fraction: float = option(
+        0.05, help="Fraction of each bucket's edges held out to evaluate during training.",
+        minimum=0, maximum=1)
+    eval_num_batch_negs: int = option(
+        1000, help="Batch negatives used when evaluating during training.", minimum=0)
+    eval_num_uniform_negs: int = option(
+        1000, help="Uniform negatives used when evaluating during training.", minimum=0)
+    early_stopping: bool = option(
+        False, help="Stop when the held-out metrics stop improving between epochs.")
+    background_io: bool = option(
+        False, help="Load and save partitions in the background while training.")
+    verbose: int = option(0, help="Verbosity of the logs (0, 1 or 2).", minimum=0)
+    hogwild_delay: float = option(
+        2.0, help="Seconds by which the Hogwild workers after the first are delayed in the "
+        "first epoch, so that early updates do not collide.", minimum=0)
+    dynamic_relations: bool = option(
+        False, help="Treat `relations[0]` as a template for many relation types whose count "
+        "is read from dynamic_rel_count.txt; batches then mix relation types.")
+
+    # Distributed training.
+    num_machines: int = option(1, help="Number of trainer machines.", minimum=1)
+    num_partition_servers: int = option(
+        -1, help="Number of partition servers; -1 means one per machine, 0 means none.",
+        minimum=-1)
+    distributed_init_method: str | None = option(
+        None, help="torch.distributed rendezvous URL (e.g. tcp://host:port) for distributed "
+        "training.")
+    distributed_tree_init_order: bool = option(
+        True, help="Initialise partitions in a tree order so that trainers start sooner.")
+    num_gpus: int = option(0, help="Number of GPUs to train on; 0 trains on CPU.", minimum=0)
+    num_groups_for_partition_server: int = option(
+        16, help="Number of process groups used to talk to partition servers.", minimum=1)
+    num_groups_per_sharded_partition_server: int = option(
+        1, help="Number of process groups per sharded partition server.", minimum=1)
+    partition_shard_size: int = option(
+        250, help="Number of entity rows a partition server transfers at a time.", minimum=1)
+    half_precision: bool = option(False, help="Train in float16 (GPU only).")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-serialisable copy (what `config.json` of a checkpoint holds)."""
+        return dataclasses.asdict(self)
+
+    def entity_dimension(self, entity: str) -> int:
+        """The embedding dimension of an entity type."""
+        return self.entities[entity].dimension or self.dimension
+
+    def num_partitions(self) -> int:
+        """The common partition count of the partitioned entity types (1 if none is)."""
+        return max(entity.num_partitions for entity in self.entities.values())
+
+    def effective_relation_lr(self) -> float:
+        return self.lr if self.relation_lr is None else self.relation_lr

@@ -1,0 +1,157 @@
+"""Turn a plain mapping (from YAML, JSON or a PBG Python config) into a checked ConfigSchema.
+
+Type errors and unknown keys are reported against the key's path (`relations[0].lhs`);
+cross-field rules that make a config impossible to train are checked afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any, Literal, Union
+
+from ..errors import ConfigError
+from .schema import ConfigSchema
+
+T = typing.TypeVar("T")
+
+
+def parse_config(raw: Any) -> ConfigSchema:
+    """Check `raw` against the schema and the cross-field rules; raise ConfigError if wrong."""
+    config = _parse_dataclass(ConfigSchema, raw, "")
+    check_consistency(config)
+    return config
+
+
+def did_you_mean(word: str, choices: typing.Iterable[str]) -> str:
+    matches = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean '{matches[0]}'?)" if matches else ""
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _parse_dataclass(cls: type[T], raw: Any, path: str) -> T:
+    if not isinstance(raw, dict):
+        raise ConfigError(path or "config", f"expected a mapping, got {_describe(raw)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            raise ConfigError(_join(path, str(key)), "unknown key" + did_you_mean(str(key), fields)
+                              + "; remove it or fix its spelling")
+    values = {}
+    for name, spec in fields.items():
+        key_path = _join(path, name)
+        if name not in raw:
+            if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                raise ConfigError(key_path, f"required key is missing ({spec.metadata['help']})")
+            continue
+        value = _parse_value(hints[name], raw[name], key_path)
+        _check_bounds(spec.metadata, value, key_path)
+        values[name] = value
+    return cls(**values)
+
+
+def _parse_value(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _parse_value(inner, value, path)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(path, f"{value!r} is not one of {', '.join(map(repr, args))}"
+                              + did_you_mean(str(value), map(str, args)))
+        return value
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(path, f"expected a list, got {_describe(value)}")
+        return [_parse_value(args[0], item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping, got {_describe(value)}")
+        if args[1] is Any:
+            return dict(value)
+        return {str(k): _parse_value(args[1], v, _join(path, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(hint):
+        return _parse_dataclass(hint, value, path)
+    return _parse_scalar(hint, value, path)
+
+
+def _parse_scalar(hint: type, value: Any, path: str) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - a schema field of an unsupported type is a programming error
+        raise TypeError(f"unsupported schema type {hint!r} at {path}")
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    raise ConfigError(path, f"expected {names[hint]}, got {_describe(value)}")
+
+
+def _check_bounds(metadata: typing.Mapping[str, Any], value: Any, path: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if metadata.get("minimum") is not None and value < metadata["minimum"]:
+        raise ConfigError(path, f"must be at least {metadata['minimum']}, got {value}")
+    if metadata.get("exclusive_minimum") is not None and value <= metadata["exclusive_minimum"]:
+        raise ConfigError(path, f"must be greater than {metadata['exclusive_minimum']}, "
+                          f"got {value}")
+    if metadata.get("maximum") is not None and value > metadata["maximum"]:
+        raise ConfigError(path, f"must be at most {metadata['maximum']}, got {value}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "null" if value is None else f"{type(value).__name__} {value!r}"
+
+
+def check_consistency(config: ConfigSchema) -> None:
+    """Rules that involve several keys; each error names the key to change."""
+    if not config.entities:
+        raise ConfigError("entities", "at least one entity type is required")
+    if not config.relations:
+        raise ConfigError("relations", "at least one relation type is required")
+    for i, relation in enumerate(config.relations):
+        for side in ("lhs", "rhs"):
+            entity = getattr(relation, side)
+            if entity not in config.entities:
+                raise ConfigError(
+                    f"relations[{i}].{side}", f"unknown entity type '{entity}'"
+                    + did_you_mean(entity, config.entities)
+                    + f"; declared types are: {', '.join(sorted(config.entities))}")
+    partition_counts = {name: e.num_partitions for name, e in config.entities.items()
+                        if e.num_partitions != 1}
+    if len(set(partition_counts.values())) > 1:
+        listing = ", ".join(f"{name}={count}" for name, count in sorted(partition_counts.items()))
+        raise ConfigError("entities", f"partitioned entity types must all use the same "
+                          f"num_partitions (or 1, unpartitioned); got {listing}")
+    if config.dynamic_relations and len(config.relations) != 1:
+        raise ConfigError("relations", "with dynamic_relations: true, exactly one relation must "
+                          "be declared (it is the template of all relation types); got "
+                          f"{len(config.relations)}")
+    if config.disable_lhs_negs and config.disable_rhs_negs:
+        raise ConfigError("disable_rhs_negs", "disable_lhs_negs and disable_rhs_negs are both "
+                          "true, so no negatives would be sampled; enable at least one side")
+    if config.half_precision and config.num_gpus == 0:
+        raise ConfigError("half_precision", "half precision needs GPU training; set num_gpus "
+                          "> 0 or half_precision: false")
+    if config.eval_fraction >= 1:
+        raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")

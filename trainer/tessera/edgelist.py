@@ -1,0 +1,88 @@
+"""In-memory edges for training: relation types plus each side's entities.
+
+A side is either plain entity offsets (one int64 per edge) or, for featurized entity types,
+a ragged list of feature ids per edge (CSR: `offsets` into `data`), so that an entity's
+embedding is the mean of its features' embeddings. Everything below the storage layer (batching,
+the model, evaluation) works on these two classes only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class EntityList:
+    """The entities on one side of some edges: `ids[i]`, or features `data[offsets[i]:offsets[i+1]]`."""
+
+    ids: torch.Tensor  # int64 [n]; for featurized sides a dummy of -1s, so len() still works
+    offsets: torch.Tensor | None = None  # int64 [n + 1], only for featurized sides
+    data: torch.Tensor | None = None  # int64 [offsets[-1]], only for featurized sides
+
+    @classmethod
+    def from_ids(cls, ids: torch.Tensor) -> EntityList:
+        return cls(ids=ids.long())
+
+    @classmethod
+    def from_features(cls, offsets: torch.Tensor, data: torch.Tensor) -> EntityList:
+        offsets = offsets.long()
+        return cls(ids=torch.full((len(offsets) - 1,), -1, dtype=torch.long),
+                   offsets=offsets, data=data.long())
+
+    @property
+    def is_featurized(self) -> bool:
+        return self.offsets is not None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: torch.Tensor | slice) -> EntityList:
+        if not self.is_featurized:
+            return EntityList(ids=self.ids[index])
+        assert self.offsets is not None and self.data is not None
+        if isinstance(index, slice):
+            index = torch.arange(len(self))[index]
+        starts, ends = self.offsets[index], self.offsets[index + 1]
+        lengths = ends - starts
+        new_offsets = torch.zeros(len(index) + 1, dtype=torch.long)
+        torch.cumsum(lengths, 0, out=new_offsets[1:])
+        # Position of every kept feature in the old data array, without a Python loop.
+        within = torch.arange(int(new_offsets[-1])) - torch.repeat_interleave(
+            new_offsets[:-1], lengths)
+        positions = torch.repeat_interleave(starts, lengths) + within
+        return EntityList.from_features(new_offsets, self.data[positions])
+
+    @staticmethod
+    def cat(parts: list[EntityList]) -> EntityList:
+        if not parts[0].is_featurized:
+            return EntityList(ids=torch.cat([p.ids for p in parts]))
+        shifts = torch.tensor([0] + [len(p.data) for p in parts[:-1]]).cumsum(0)  # type: ignore
+        offsets = [parts[0].offsets[:1]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)]  # type: ignore
+        return EntityList.from_features(torch.cat(offsets), torch.cat([p.data for p in parts]))  # type: ignore
+
+
+@dataclass(frozen=True)
+class EdgeList:
+    """Edges of one bucket (or a slice of it): relation type, left and right entities."""
+
+    rel: torch.Tensor  # int64 [n]
+    lhs: EntityList
+    rhs: EntityList
+
+    @classmethod
+    def from_ids(cls, rel: torch.Tensor, lhs: torch.Tensor, rhs: torch.Tensor) -> EdgeList:
+        return cls(rel=rel.long(), lhs=EntityList.from_ids(lhs), rhs=EntityList.from_ids(rhs))
+
+    def __len__(self) -> int:
+        return len(self.rel)
+
+    def __getitem__(self, index: torch.Tensor | slice) -> EdgeList:
+        return EdgeList(rel=self.rel[index], lhs=self.lhs[index], rhs=self.rhs[index])
+
+    @staticmethod
+    def cat(parts: list[EdgeList]) -> EdgeList:
+        return EdgeList(rel=torch.cat([p.rel for p in parts]),
+                        lhs=EntityList.cat([p.lhs for p in parts]),
+                        rhs=EntityList.cat([p.rhs for p in parts]))

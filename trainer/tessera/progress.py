@@ -1,0 +1,138 @@
+"""Progress of long work: a live line on a terminal, JSON lines in pods, nothing with --quiet.
+
+Every long-running command reports through a `Reporter`, so the three output styles stay
+consistent and the operator can parse what pods print.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, Any, Literal
+
+Mode = Literal["auto", "human", "json", "quiet"]
+
+# Minimum seconds between two progress updates, so output never slows the work down.
+HUMAN_INTERVAL = 0.5
+JSON_INTERVAL = 10.0
+
+
+class Reporter:
+    """Writes events and progress updates in the chosen style."""
+
+    def __init__(self, mode: Mode = "auto", stream: IO[str] | None = None) -> None:
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "human" if self.stream.isatty() else "json"
+        self.mode = mode
+
+    def event(self, message: str, **fields: Any) -> None:
+        """One line for something that happened (`imported 10 edges`)."""
+        if self.mode == "quiet":
+            return
+        if self.mode == "json":
+            self._write_json({"event": message, **fields})
+        else:
+            details = "  ".join(f"{k}={_human(v)}" for k, v in fields.items())
+            self._write_line(f"{message}  {details}".rstrip())
+
+    @contextmanager
+    def task(self, name: str, total: float | None = None, unit: str = "items") -> Iterator[Task]:
+        """Track one long task; a summary line is written when it ends."""
+        task = Task(self, name, total, unit)
+        yield task
+        task.finish()
+
+    def _write_json(self, record: dict[str, Any]) -> None:
+        record = {"time": round(time.time(), 3), **record}
+        self.stream.write(json.dumps(record, default=str) + "\n")
+        self.stream.flush()
+
+    def _write_line(self, line: str, *, transient: bool = False) -> None:
+        if transient:  # overwrite the current terminal line
+            self.stream.write("\r\x1b[2K" + line)
+        else:
+            self.stream.write("\r\x1b[2K" + line + "\n" if self.stream.isatty() else line + "\n")
+        self.stream.flush()
+
+
+class Task:
+    """Counts work done and reports rate and ETA at a bounded frequency."""
+
+    def __init__(self, reporter: Reporter, name: str, total: float | None, unit: str) -> None:
+        self.reporter = reporter
+        self.name = name
+        self.total = total
+        self.unit = unit
+        self.done = 0.0
+        self.fields: dict[str, Any] = {}
+        self.started = time.monotonic()
+        self._last_report = 0.0
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.elapsed if self.elapsed > 0 else 0.0
+
+    def eta(self) -> float | None:
+        if not self.total or self.rate <= 0:
+            return None
+        return max(self.total - self.done, 0) / self.rate
+
+    def advance(self, amount: float = 1, **fields: Any) -> None:
+        """Record `amount` more units done; `fields` (epoch, loss...) are shown with the rate."""
+        self.done += amount
+        self.fields.update(fields)
+        mode = self.reporter.mode
+        interval = JSON_INTERVAL if mode == "json" else HUMAN_INTERVAL
+        now = time.monotonic()
+        if mode != "quiet" and now - self._last_report >= interval:
+            self._last_report = now
+            self._report()
+
+    def _report(self) -> None:
+        if self.reporter.mode == "json":
+            self.reporter._write_json({"progress": self.name, "done": self.done,
+                                       "total": self.total, "rate": round(self.rate, 1),
+                                       "eta_s": _round(self.eta()), **self.fields})
+            return
+        share = f" {100 * self.done / self.total:5.1f}%" if self.total else ""
+        eta = self.eta()
+        extra = "".join(f"  {k}={_human(v)}" for k, v in self.fields.items())
+        line = (f"{self.name}{share}  {_human(self.done)} {self.unit}  "
+                f"{_human(self.rate)} {self.unit}/s"
+                f"{f'  ETA {_duration(eta)}' if eta is not None else ''}{extra}")
+        self.reporter._write_line(line, transient=self.reporter.stream.isatty())
+
+    def finish(self) -> None:
+        self.reporter.event(f"{self.name} done", **{self.unit: self.done,
+                                                    "seconds": round(self.elapsed, 2),
+                                                    f"{self.unit}_per_s": round(self.rate, 1),
+                                                    **self.fields})
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _human(value: Any) -> str:
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            value = int(value)
+        else:
+            return f"{value:.4g}"
+    if isinstance(value, int) and abs(value) >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
