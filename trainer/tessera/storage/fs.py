@@ -32,7 +32,10 @@ class Directory:
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url.rstrip("/") or url
         self.storage_options = dict(storage_options or {})
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.storage_options)
+        # Other processes (Hogwild workers, other trainers) write here too: a cached listing
+        # would hide their files or report stale sizes, so object stores are asked each time.
+        self.fs, self.root = fsspec.core.url_to_fs(
+            self.url, **{"use_listings_cache": False, **self.storage_options})
         self.root = self.root.rstrip("/") if self.root != "/" else self.root
 
     def __repr__(self) -> str:
@@ -70,9 +73,9 @@ class Directory:
             return int(self.fs.size(self.path(name)))
 
     def read_text(self, name: str) -> str:
-        with translate_errors(self.url_of(name)):
-            with self.fs.open(self.path(name), "rt", encoding="utf-8") as file:
-                return file.read()
+        with (translate_errors(self.url_of(name)),
+              self.fs.open(self.path(name), "rt", encoding="utf-8") as file):
+            return file.read()
 
     def write_text(self, name: str, text: str) -> None:
         """Write a small text file atomically: readers see the old or the new content."""
@@ -92,9 +95,9 @@ class Directory:
                 target.makedirs()
                 self.fs.copy(self.path(name), target.path(target_name))
             return
-        with self.open_read(name) as source, target.writing(target_name) as local_path:
-            with open(local_path, "wb") as sink:
-                shutil.copyfileobj(source, sink)
+        with (self.open_read(name) as source, target.writing(target_name) as local_path,
+              open(local_path, "wb") as sink):
+            shutil.copyfileobj(source, sink)
 
     def makedirs(self) -> None:
         with translate_errors(self.url):

@@ -1,0 +1,29 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create a virtual environment in .venv and install Tessera into it (editable).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(abspath $(VENV))/bin
+
+.PHONY: demo test lint clean
+
+$(VENV)/.trainer: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e ".[trainer]"
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.trainer
+	$(BIN)/pip install --quiet -e ".[trainer,operator,dev]"
+	touch $@
+
+demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a few minutes)
+	PATH="$(BIN):$$PATH" bash examples/umls/demo.sh
+
+test: $(VENV)/.dev  ## the whole test suite
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check trainer operator tests bench
+
+clean:
+	rm -rf $(VENV) demo-output

@@ -1,0 +1,110 @@
+"""The `tessera` command end to end: import, train, eval, export, and its error handling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from tessera.cli import main
+from tessera.errors import EXIT_BAD_INPUT
+
+UMLS = Path(__file__).resolve().parents[2] / "examples" / "umls"
+
+COMMANDS = ["import", "train", "eval", "export", "config"]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tessera", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    assert f"tessera {command}" in capsys.readouterr().out
+
+
+def write_config(tmp_path: Path, **overrides: object) -> Path:
+    config = {
+        "entities": {"all": {"num_partitions": 1}},
+        "relations": [{"name": "all_edges", "lhs": "all", "rhs": "all",
+                       "operator": "complex_diagonal"}],
+        "dynamic_relations": True, "dimension": 32, "global_emb": False,
+        "comparator": "dot", "loss_fn": "softmax", "lr": 0.1, "num_epochs": 3,
+        "batch_size": 500, "num_batch_negs": 100, "num_uniform_negs": 100,
+        "eval_fraction": 0, "workers": 1, "hogwild_delay": 0,
+        "entity_path": str(tmp_path / "entities"),
+        "edge_paths": [str(tmp_path / "train"), str(tmp_path / "test")],
+        "checkpoint_path": str(tmp_path / "checkpoints"),
+    }
+    config.update(overrides)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_import_train_eval_export_on_umls(tmp_path: Path) -> None:
+    config = str(write_config(tmp_path))
+    imported = run_cli("import", config, str(UMLS / "train.tsv"), str(UMLS / "test.tsv"),
+                       "--lhs-col", "0", "--rel-col", "1", "--rhs-col", "2", "--quiet")
+    assert imported.returncode == 0, imported.stderr
+    assert (tmp_path / "entities" / "entity_count_all_0.txt").read_text().strip() == "135"
+    assert (tmp_path / "entities" / "dynamic_rel_count.txt").read_text().strip() == "46"
+
+    trained = run_cli("train", config, "-p", f"edge_paths={tmp_path / 'train'}",
+                      "--log-format", "json")
+    assert trained.returncode == 0, trained.stderr
+    events = [json.loads(line) for line in trained.stderr.splitlines() if line.startswith("{")]
+    finished = [e for e in events if e.get("event") == "training finished"]
+    assert finished and finished[0]["checkpoint_version"] == 3
+
+    evaluated = run_cli("eval", config, "-p", f"edge_paths={tmp_path / 'test'}", "--filtered",
+                        "--filter-paths", str(tmp_path / "train"), str(tmp_path / "test"),
+                        "--quiet", "--output", str(tmp_path / "metrics.json"))
+    assert evaluated.returncode == 0, evaluated.stderr
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["mode"] == "filtered" and metrics["count"] == 2 * 661
+    assert metrics["mrr"] > 0.1  # 135 candidates: random ranking gives about 0.04
+
+    exported = run_cli("export", config, str(tmp_path / "export"), "--quiet")
+    assert exported.returncode == 0, exported.stderr
+    rows = (tmp_path / "export" / "embeddings_all.tsv").read_text().splitlines()
+    assert len(rows) == 135 and len(rows[0].split("\t")) == 1 + 32
+    names = json.loads((tmp_path / "entities" / "entity_names_all_0.json").read_text())
+    assert [row.split("\t")[0] for row in rows] == names
+    with h5py.File(tmp_path / "checkpoints" / "embeddings_all_0.v3.h5", "r") as file:
+        np.testing.assert_allclose([float(x) for x in rows[0].split("\t")[1:]],
+                                   file["embeddings"][0], rtol=1e-6)
+    relations = (tmp_path / "export" / "relation_parameters.tsv").read_text().splitlines()
+    assert len(relations) == 46 * 2 * 2  # relations x sides x (real, imag)
+
+
+def test_bad_config_exits_with_the_bad_input_code(tmp_path: Path) -> None:
+    config = write_config(tmp_path, comparator="dott")
+    result = run_cli("train", str(config))
+    assert result.returncode == EXIT_BAD_INPUT
+    assert "comparator: 'dott' is not one of" in result.stderr
+    assert "did you mean 'dot'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_data_exits_with_the_bad_input_code(tmp_path: Path) -> None:
+    result = run_cli("train", str(write_config(tmp_path)))
+    assert result.returncode == EXIT_BAD_INPUT
+    assert "entity_count_all_0.txt" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_config_check_prints_defaults(tmp_path: Path) -> None:
+    result = run_cli("config", "check", str(write_config(tmp_path)), "-p", "num_epochs=9")
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["num_epochs"] == 9 and printed["bucket_order"] == "inside_out"

@@ -1,0 +1,122 @@
+"""Whole training runs on a planted graph: quality, partitions, checkpoints and resuming."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from support.planted import PlantedGraph, write_planted_graph
+
+from tessera.config import parse_config
+from tessera.evaluation.command import evaluate_checkpoint
+from tessera.progress import Reporter
+from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.fs import Directory
+from tessera.training.coordinator import train
+
+QUIET = Reporter("quiet")
+
+
+def filtered_test_mrr(graph: PlantedGraph, **overrides: object) -> float:
+    config = parse_config(graph.config(edge_paths=[str(graph.root / "test")], **overrides))
+    metrics = evaluate_checkpoint(config, QUIET, filtered=True,
+                                  filter_paths=[str(graph.root / "train"),
+                                                str(graph.root / "test")])
+    return metrics["mrr"]
+
+
+@pytest.fixture(scope="module")
+def trained_graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, PlantedGraph]:
+    graphs = {}
+    for partitions in (1, 4):
+        graph = write_planted_graph(tmp_path_factory.mktemp(f"p{partitions}"), partitions)
+        train(parse_config(graph.config()), QUIET)
+        graphs[partitions] = graph
+    return graphs
+
+
+def test_planted_structure_is_learned_with_one_and_four_partitions(
+        trained_graphs: dict[int, PlantedGraph]) -> None:
+    # 400 candidates: a random scorer has a filtered MRR of about 0.016.
+    mrr = {p: filtered_test_mrr(graph) for p, graph in trained_graphs.items()}
+    assert mrr[1] > 0.08, mrr
+    assert mrr[4] > 0.08, mrr
+    assert abs(mrr[1] - mrr[4]) < 0.05, mrr
+
+
+def test_checkpoint_files_follow_the_format(trained_graphs: dict[int, PlantedGraph]) -> None:
+    graph = trained_graphs[4]
+    checkpoints = graph.root / "checkpoints"
+    version = int((checkpoints / "checkpoint_version.txt").read_text())
+    assert version == 8  # one checkpoint per epoch (one edge set, one chunk)
+    assert json.loads((checkpoints / "config.json").read_text())["dimension"] == 16
+    for part in range(4):
+        with h5py.File(checkpoints / f"embeddings_node_{part}.v{version}.h5", "r") as file:
+            assert file.attrs["format_version"] == 1
+            assert file["embeddings"].shape == (100, 16)
+            assert file["embeddings"].dtype == np.float32
+            assert file["optimizer/state_dict"].dtype == np.dtype("V1")  # opaque bytes, as PBG
+            assert file.attrs["iteration/epoch_idx"] == 7
+    with h5py.File(checkpoints / f"model.v{version}.h5", "r") as file:
+        translation = file["model/relations/0/operator/rhs/translation"]
+        assert translation.shape == (16,)
+        assert translation.attrs["state_dict_key"] == "rhs_operators.0.translation"
+    older = [p.name for p in checkpoints.iterdir() if ".v7." in p.name]
+    assert older == [], "the previous version must be cleaned up"
+    stats = [json.loads(line) for line in
+             (checkpoints / "training_stats.json").read_text().splitlines()]
+    assert len(stats) == 8 * 16  # one record per bucket per epoch
+    assert all(np.isfinite(record["stats"]["metrics"]["loss"]) for record in stats)
+
+
+def test_loss_decreases(trained_graphs: dict[int, PlantedGraph]) -> None:
+    checkpoints = trained_graphs[1].root / "checkpoints"
+    stats = [json.loads(line) for line in
+             (checkpoints / "training_stats.json").read_text().splitlines()]
+    losses = [record["stats"]["metrics"]["loss"] for record in stats]
+    # Softmax over 100 negatives on both sides: a random model scores about 2 ln(101) = 9.2;
+    # many negatives share the positive's community, so the loss cannot approach zero.
+    assert losses[0] < 9.5 and losses[-1] < 0.75 * losses[0], losses
+    assert all(later <= earlier + 0.05 for earlier, later in zip(losses, losses[1:])), losses
+
+
+def test_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path / "graph", 2, num_edges=3000)
+    straight = graph.config(num_epochs=4, checkpoint_path=str(tmp_path / "straight"))
+    train(parse_config(straight), QUIET)
+    resumed = graph.config(num_epochs=2, checkpoint_path=str(tmp_path / "resumed"))
+    train(parse_config(resumed), QUIET)
+    summary = train(parse_config({**resumed, "num_epochs": 4}), QUIET)
+    assert summary.checkpoint_version == 4
+    for part in range(2):
+        a, _ = CheckpointStore(Directory(straight["checkpoint_path"])).read_embeddings("node", part)
+        b, _ = CheckpointStore(Directory(resumed["checkpoint_path"])).read_embeddings("node", part)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_finished_run_does_nothing_more(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path, 1, num_edges=1000)
+    config = parse_config(graph.config(num_epochs=2))
+    train(config, QUIET)
+    summary = train(config, QUIET)
+    assert summary.edges == 0 and summary.checkpoint_version == 2
+
+
+def test_two_hogwild_workers_train_as_well(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path, 1)
+    train(parse_config(graph.config(workers=2)), QUIET)
+    assert filtered_test_mrr(graph) > 0.08
+
+
+def test_held_out_edges_are_ranked_before_and_after_each_bucket(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path, 2, num_edges=3000)
+    train(parse_config(graph.config(num_epochs=3, eval_fraction=0.1)), QUIET)
+    stats = [json.loads(line) for line in
+             (graph.root / "checkpoints" / "training_stats.json").read_text().splitlines()]
+    first, last = stats[0], stats[-1]
+    for key in ("mrr", "hits@1", "hits@10", "hits@50", "mean_rank", "auc", "loss"):
+        assert key in first["eval_stats_before"] and key in last["eval_stats_after"]
+    assert last["eval_stats_after"]["mrr"] > first["eval_stats_before"]["mrr"]

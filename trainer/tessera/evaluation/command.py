@@ -1,0 +1,167 @@
+"""`tessera eval`: rank the edges of edge sets with the latest checkpoint.
+
+Raw mode ranks each edge against sampled negatives (as during training, with the eval
+negative counts), bucket by bucket, so it works at any scale. Filtered mode ranks each edge
+against every entity of the corrupted side's type, and does not count as errors the other
+true edges found in the filter edge sets: the protocol of link-prediction papers. It holds all
+embeddings of the types involved in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import ConfigSchema
+from ..edgelist import EdgeList
+from ..errors import BadInputError
+from ..model import EmbeddingModel
+from ..progress import Reporter
+from ..storage.checkpoint import CheckpointStore
+from ..storage.fs import Directory
+from ..training.batching import iter_batches
+from ..training.bucket_trainer import partition_keys
+from ..training.graph_data import GraphData, check_edge_paths
+from ..training.model_checkpoint import load_model
+from .filtering import KnownEdges, mask_known
+from .metrics import RankingMetrics
+from .sampled import TablesOf, rank_against_sampled
+
+# Upper bound on batch x candidates scores computed at once in filtered mode.
+MAX_SCORES_PER_BATCH = 20_000_000
+
+
+def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: bool = False,
+                        filter_paths: list[str] | None = None) -> dict[str, Any]:
+    """Metrics of the config's edge_paths under the latest checkpoint."""
+    check_edge_paths(config)
+    data = GraphData(config)
+    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    version = store.current_version()
+    if version == 0:
+        raise BadInputError(f"{config.checkpoint_path}: no checkpoint to evaluate; run "
+                            "`tessera train` first or fix checkpoint_path")
+    with reporter.task("eval", unit="edges") as task:
+        if filtered:
+            metrics = _filtered(config, data, store, version, filter_paths or config.edge_paths,
+                                task)
+        else:
+            metrics = _raw(config, data, store, version, task)
+    result = {"mode": "filtered" if filtered else "raw", "checkpoint_version": version,
+              **metrics.summary()}
+    reporter.event("evaluation finished", **result)
+    return result
+
+
+def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version: int,
+         task: Any) -> RankingMetrics:
+    model = _load_model(config, data, store, version)
+    metrics = RankingMetrics()
+    for edge_path_idx in range(len(config.edge_paths)):
+        for bucket in data.bucket_grid():
+            edges = data.read_edges(edge_path_idx, bucket)
+            if len(edges) == 0:
+                continue
+            lhs_keys, rhs_keys = partition_keys(data, bucket)
+            tables = {key: _read_partition(store, version, key)
+                      for key in set(lhs_keys) | set(rhs_keys)}
+            metrics.merge(rank_against_sampled(
+                model, edges, _tables_of(tables, lhs_keys, rhs_keys),
+                batch_size=config.batch_size, num_batch_negs=config.eval_num_batch_negs,
+                num_uniform_negs=config.eval_num_uniform_negs,
+                dynamic_relations=config.dynamic_relations))
+            task.advance(len(edges))
+    return metrics
+
+
+def _filtered(config: ConfigSchema, data: GraphData, store: CheckpointStore, version: int,
+              filter_paths: list[str], task: Any) -> RankingMetrics:
+    # Every relation scores against all entities; nothing is sampled.
+    all_negs_config = dataclasses.replace(config, relations=[
+        dataclasses.replace(relation, all_negs=True) for relation in config.relations])
+    model = _load_model(all_negs_config, data, store, version)
+    tables = {entity: torch.cat([_read_partition(store, version, (entity, part))
+                                 for part in range(len(counts))])
+              for entity, counts in data.entity_counts.items()}
+    known = KnownEdges.from_edge_sets([
+        _global_edges(GraphData(dataclasses.replace(config, edge_paths=[path])), 0)
+        for path in filter_paths])
+    metrics = RankingMetrics()
+    lhs_types, rhs_types = data.relation_types("lhs"), data.relation_types("rhs")
+    for edge_path_idx in range(len(config.edge_paths)):
+        lhs, rel, rhs = _global_edges(data, edge_path_idx)
+        edges = EdgeList.from_ids(torch.from_numpy(rel), torch.from_numpy(lhs),
+                                  torch.from_numpy(rhs))
+        largest = max(len(t) for t in tables.values())
+        batch_size = max(1, min(config.batch_size, MAX_SCORES_PER_BATCH // largest))
+        with torch.no_grad():
+            for batch in iter_batches(edges, batch_size, config.dynamic_relations,
+                                      torch.Generator().manual_seed(0)):
+                relation = 0 if config.dynamic_relations else int(batch.rel[0])
+                result = model(batch, tables[lhs_types[relation]], tables[rhs_types[relation]],
+                               num_batch_negs=0, num_uniform_negs=0)
+                _rank_filtered(result, batch, known, metrics)
+                task.advance(len(batch))
+    return metrics
+
+
+def _rank_filtered(result: Any, batch: EdgeList, known: KnownEdges,
+                   metrics: RankingMetrics) -> None:
+    lhs, rel, rhs = batch.lhs.ids, batch.rel, batch.rhs.ids
+    for pos, neg, lookup in ((result.lhs_pos_scores, result.lhs_neg_scores, known.known_lhs),
+                             (result.rhs_pos_scores, result.rhs_neg_scores, known.known_rhs)):
+        if neg.shape[1] == 0:
+            continue
+        neg = neg.clone()
+        rows, entities = lookup(lhs, rel, rhs)
+        mask_known(neg, rows, entities)
+        metrics.add(pos, neg)
+
+
+def _global_edges(data: GraphData, edge_path_idx: int) -> tuple[np.ndarray, ...]:
+    """(lhs, rel, rhs) of an edge set with entity ids made global (partition offsets added)."""
+    offsets = {entity: np.concatenate([[0], np.cumsum(counts)[:-1]])
+               for entity, counts in data.entity_counts.items()}
+    lhs_types = np.array(data.relation_types("lhs"))
+    rhs_types = np.array(data.relation_types("rhs"))
+    parts: list[tuple[np.ndarray, ...]] = []
+    for bucket in data.bucket_grid():
+        edges = data.read_edges(edge_path_idx, bucket)
+        if edges.lhs.is_featurized or edges.rhs.is_featurized:
+            raise BadInputError("filtered evaluation needs plain (not featurized) entities")
+        rel = edges.rel.numpy()
+        lhs = edges.lhs.ids.numpy() + _offset_of(offsets, lhs_types, rel, bucket.lhs, data)
+        rhs = edges.rhs.ids.numpy() + _offset_of(offsets, rhs_types, rel, bucket.rhs, data)
+        parts.append((lhs, rel, rhs))
+    if not parts:
+        return (np.zeros(0, np.int64),) * 3
+    return tuple(np.concatenate(column) for column in zip(*parts))
+
+
+def _offset_of(offsets: dict[str, np.ndarray], types: np.ndarray, rel: np.ndarray, part: int,
+               data: GraphData) -> np.ndarray:
+    per_relation = np.array([offsets[t][part if data.config.entities[t].num_partitions > 1
+                                        else 0] for t in types], dtype=np.int64)
+    return per_relation[rel] if len(rel) else np.zeros(0, np.int64)
+
+
+def _tables_of(tables: dict[tuple[str, int], torch.Tensor], lhs_keys: list[tuple[str, int]],
+               rhs_keys: list[tuple[str, int]]) -> TablesOf:
+    return lambda relation: (tables[lhs_keys[relation]], tables[rhs_keys[relation]])
+
+
+def _read_partition(store: CheckpointStore, version: int, key: tuple[str, int]) -> torch.Tensor:
+    embeddings, _ = store.read_embeddings(key[0], key[1], version)
+    return torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+
+
+def _load_model(config: ConfigSchema, data: GraphData, store: CheckpointStore,
+                version: int) -> EmbeddingModel:
+    model = EmbeddingModel(config, data.num_relations)
+    load_model(store, version, model, None)
+    model.eval()
+    return model
+

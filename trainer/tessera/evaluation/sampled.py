@@ -1,0 +1,37 @@
+"""Ranking edges against sampled negatives: the evaluation run before and after each bucket.
+
+It scores exactly as training does (same batches, same negatives machinery) but with the
+evaluation negative counts and without gradients, so its loss is comparable to training's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..edgelist import EdgeList
+from ..model import EmbeddingModel
+from ..training.batching import iter_batches
+from .metrics import RankingMetrics
+
+TablesOf = Callable[[int], tuple[torch.Tensor, torch.Tensor]]  # relation -> (lhs, rhs) tables
+
+
+def rank_against_sampled(model: EmbeddingModel, edges: EdgeList, tables_of: TablesOf, *,
+                         batch_size: int, num_batch_negs: int, num_uniform_negs: int,
+                         dynamic_relations: bool, seed: int = 0) -> RankingMetrics:
+    """Ranks of every edge among its negatives on each side, plus the loss."""
+    metrics = RankingMetrics()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for batch in iter_batches(edges, batch_size, dynamic_relations, generator):
+            lhs, rhs = tables_of(0 if dynamic_relations else int(batch.rel[0]))
+            result = model(batch, lhs, rhs, num_batch_negs=num_batch_negs,
+                           num_uniform_negs=num_uniform_negs, generator=generator)
+            for pos, neg in ((result.lhs_pos_scores, result.lhs_neg_scores),
+                             (result.rhs_pos_scores, result.rhs_neg_scores)):
+                if neg.shape[1] > 0:  # a side whose negatives are disabled is not ranked
+                    metrics.add(pos, neg)
+            metrics.add_loss(float(result.loss), result.count)
+    return metrics

@@ -1,0 +1,95 @@
+"""The first pass: read every input once, turn names into dictionary ids, spill the ids.
+
+Entity names of all types go into one dictionary (the type, known from the edge's relation,
+is part of each entry), relation names into another when relation types come from the data;
+with relations from the config, relation names are matched against it and an unknown one is
+an error naming the file and the line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import FormatError
+from ..progress import Task
+from .dictionary import NameDictionary
+from .plan import ImportPlan
+from .readers import EdgeBlock, read_edge_blocks
+from .spill import EdgeIds, EdgeIdSpill
+
+
+@dataclass(frozen=True)
+class NameTables:
+    """What the first pass learnt."""
+
+    entities: NameDictionary
+    relations: NameDictionary | None  # relation types found in the data (dynamic relations)
+    edges_read: list[int]  # per input
+
+
+def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0) -> NameTables:
+    """Read all inputs, filling the dictionaries and the spill; may raise
+    FingerprintCollision, after which the caller clears the spill and tries another salt."""
+    entities = NameDictionary(salt)
+    relations = NameDictionary(salt) if plan.dynamic_relations else None
+    known_relations = pa.array(plan.relation_names, pa.large_string())
+    edges_read = []
+    for index, source in enumerate(plan.inputs):
+        count = 0
+        for block in read_edge_blocks(
+                source.url, input_format=source.input_format, columns=plan.columns,
+                block_edges=plan.options.block_edges, delimiter=plan.options.delimiter,
+                skip_rows=plan.options.skip_rows, storage_options=plan.storage_options):
+            if relations is not None:
+                rel = _found_relations(block, relations)
+            else:
+                rel = _declared_relations(block, known_relations, source.url)
+            lhs = entities.encode(block.lhs, plan.side_kinds("lhs", rel))
+            rhs = entities.encode(block.rhs, plan.side_kinds("rhs", rel))
+            spill.append(index, EdgeIds(rel, lhs, rhs))
+            count += len(block)
+            _advance(task, len(block), index, len(plan.inputs), block.fraction_read)
+        edges_read.append(count)
+    entities.stop_lookups()
+    pa.default_memory_pool().release_unused()  # Arrow keeps freed parse buffers otherwise
+    return NameTables(entities, relations, edges_read)
+
+
+def _declared_relations(block: EdgeBlock, known: pa.Array, url: str) -> np.ndarray:
+    """Config relation indices of the block's relation names (all 0 without a column)."""
+    if block.rel is None:
+        return np.zeros(len(block), dtype=np.int64)
+    # Few distinct names per block: map those, then spread the result to the rows.
+    encoded = pc.dictionary_encode(block.rel)
+    indices = encoded.indices.to_numpy()
+    found = pc.fill_null(pc.index_in(encoded.dictionary, value_set=known), -1).to_numpy()
+    rel = found.astype(np.int64)[indices]
+    if (found < 0).any():
+        row = int(np.flatnonzero(rel < 0)[0])
+        raise FormatError(url, f"{block.row_location(row)}: unknown relation "
+                               f"{block.rel[row].as_py()!r}; the config declares "
+                               f"{', '.join(map(repr, known.to_pylist()))}")
+    return rel
+
+
+def _found_relations(block: EdgeBlock, relations: NameDictionary) -> np.ndarray:
+    """Dictionary ids of the block's relation names, adding new ones (dynamic relations)."""
+    assert block.rel is not None  # the plan requires a relation column
+    encoded = pc.dictionary_encode(block.rel)
+    indices = encoded.indices.to_numpy()
+    occurrences = np.bincount(indices, minlength=len(encoded.dictionary))
+    return relations.encode(encoded.dictionary, weights=occurrences)[indices]
+
+
+def _advance(task: Task, edges: int, index: int, num_inputs: int,
+             fraction_read: float | None) -> None:
+    """Count edges; estimate the total from the share of the inputs read (inputs weigh the
+    same), so that the progress line can show an ETA."""
+    if fraction_read:
+        share = (index + fraction_read) / num_inputs
+        task.total = max((task.done + edges) / share, task.done + edges)
+    task.advance(edges)

@@ -1,0 +1,29 @@
+"""How to read edge lists: columns, format, partitioning, thresholds (`tessera import` flags)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """Options of one import; the defaults read `lhs<TAB>rhs` lines of the first relation.
+
+    Column indices are 0-based, as PBG's `--lhs-col`, `--rel-col` and `--rhs-col`.
+    """
+
+    lhs_col: int = 0
+    rhs_col: int = 1
+    # None: every edge is of relation 0, and the config must declare exactly one relation.
+    rel_col: int | None = None
+    # "tsv", "csv" or "parquet"; None: from the file extension (.tsv/.txt, .csv, .parquet),
+    # ignoring a compression suffix such as .gz.
+    input_format: str | None = None
+    delimiter: str | None = None  # of text formats; default tab (tsv) or comma (csv)
+    skip_rows: int = 0  # header lines at the top of each text input
+    partitioning: str = "random"  # "random" (balanced, seeded) or "hash" (of the name)
+    seed: int = 0
+    entity_min_count: int = 1  # entities seen fewer times are dropped, with their edges
+    relation_type_min_count: int = 1  # with dynamic relations, rarer relation types likewise
+    block_edges: int = 1 << 20  # edges read and processed at a time: bounds the memory used
+    work_dir: str | None = None  # local directory for the temporary edge ids (default: TMPDIR)

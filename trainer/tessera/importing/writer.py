@@ -1,0 +1,101 @@
+"""Publishing what an import produces (entity files, bucket files), all or nothing.
+
+Every file is published atomically by the storage layer; `Publication` remembers each one, so
+that an import that fails half way deletes what it had already published instead of leaving
+new buckets next to old entity counts. `BucketWriters` keeps one open `BucketWriter` per
+bucket of an edge directory and publishes them all, or none, when its `with` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from types import TracebackType
+
+from ..storage import entities as entity_files
+from ..storage.edges import BucketWriter, bucket_file, open_bucket_writer
+from ..storage.fs import Directory
+from .bucketing import BucketSlice
+
+
+class Publication:
+    """The files this import has published so far."""
+
+    def __init__(self) -> None:
+        self.files: list[tuple[Directory, str]] = []
+
+    def published(self, directory: Directory, name: str) -> None:
+        self.files.append((directory, name))
+
+    def undo(self) -> None:
+        """Delete every published file (best effort: the original error matters more)."""
+        for directory, name in reversed(self.files):
+            with contextlib.suppress(Exception):
+                directory.delete(name)
+        self.files.clear()
+
+    def write_entity_partition(self, directory: Directory, entity_type: str, part: int,
+                               names: Sequence[str]) -> None:
+        """The count and the names of one partition of an entity type."""
+        entity_files.write_entity_count(directory, entity_type, part, len(names))
+        self.published(directory, entity_files.entity_count_file(entity_type, part))
+        entity_files.write_entity_names(directory, entity_type, part, names)
+        self.published(directory, entity_files.entity_names_file(entity_type, part))
+
+    def write_dynamic_relations(self, directory: Directory, names: Sequence[str]) -> None:
+        """The count and the names of the relation types found in the data."""
+        entity_files.write_dynamic_relation_count(directory, len(names))
+        self.published(directory, entity_files.DYNAMIC_RELATION_COUNT_FILE)
+        entity_files.write_relation_names(directory, names)
+        self.published(directory, entity_files.DYNAMIC_RELATION_NAMES_FILE)
+
+
+class BucketWriters:
+    """Writers for some buckets of one edge directory, published together on a clean exit."""
+
+    def __init__(self, directory: Directory, buckets: Sequence[tuple[int, int]],
+                 publication: Publication) -> None:
+        self.directory = directory
+        self.buckets = list(buckets)
+        self.publication = publication
+        self._writers: dict[tuple[int, int], BucketWriter] = {}
+
+    def __enter__(self) -> BucketWriters:
+        try:
+            for lhs_part, rhs_part in self.buckets:
+                writer = open_bucket_writer(self.directory, lhs_part, rhs_part)
+                writer.__enter__()
+                self._writers[lhs_part, rhs_part] = writer
+        except BaseException as error:
+            self._abort(list(self._writers.values()), error)
+            raise
+        return self
+
+    def append(self, edges: BucketSlice) -> None:
+        self._writers[edges.lhs_part, edges.rhs_part].append(edges.rel, edges.lhs, edges.rhs)
+
+    @property
+    def num_edges(self) -> int:
+        return sum(writer.num_edges for writer in self._writers.values())
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        writers = list(self._writers.items())
+        self._writers.clear()
+        if exc is not None:
+            self._abort([writer for _, writer in writers], exc)
+            return
+        for position, ((lhs_part, rhs_part), writer) in enumerate(writers):
+            try:
+                writer.__exit__(None, None, None)
+            except BaseException as error:
+                self._abort([writer for _, writer in writers[position + 1:]], error)
+                raise
+            self.publication.published(self.directory, bucket_file(lhs_part, rhs_part))
+
+    @staticmethod
+    def _abort(writers: Sequence[BucketWriter], error: BaseException) -> None:
+        """Close writers without publishing them."""
+        for writer in writers:
+            with contextlib.suppress(Exception):
+                writer.__exit__(type(error), error, error.__traceback__)

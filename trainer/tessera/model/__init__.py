@@ -1,0 +1,37 @@
+"""The model: relation operators, comparators, losses, negatives and batch scoring."""
+
+from .comparators import COMPARATORS, BiasedComparator, Comparator, make_comparator
+from .config_checks import check_model_config
+from .embedding_model import BatchResult, EmbeddingModel
+from .losses import LOSSES, Loss, make_loss
+from .negatives import Chunking, plan_chunking
+from .operators import DYNAMIC_OPERATORS, OPERATORS, DynamicOperator, Operator
+from .parameter_names import public_name, state_dict_key
+from .regularizers import REGULARIZERS, N3Regularizer, make_regularizer
+from .rows import TouchedRows, gather_rows
+
+__all__ = [
+    "COMPARATORS",
+    "DYNAMIC_OPERATORS",
+    "LOSSES",
+    "OPERATORS",
+    "REGULARIZERS",
+    "BatchResult",
+    "BiasedComparator",
+    "Chunking",
+    "Comparator",
+    "DynamicOperator",
+    "EmbeddingModel",
+    "Loss",
+    "N3Regularizer",
+    "Operator",
+    "TouchedRows",
+    "check_model_config",
+    "gather_rows",
+    "make_comparator",
+    "make_loss",
+    "make_regularizer",
+    "plan_chunking",
+    "public_name",
+    "state_dict_key",
+]

@@ -1,0 +1,117 @@
+"""Comparators: the score of a left-hand embedding against a right-hand one.
+
+Scores come in chunks, PyTorch-BigGraph's way: `C` chunks of `n` positive pairs, each chunk
+with its own negatives. A comparator returns the `n` positive scores of every chunk and, per
+chunk, every positive against every negative of each side, as batched matrix products:
+
+    lhs_pos, rhs_pos [C, n, d]   lhs_neg [C, m, d]   rhs_neg [C, k, d]
+    -> pos [C, n], lhs_neg_scores [C, n, m], rhs_neg_scores [C, n, k]
+
+where `lhs_neg_scores[c, i, j]` scores `lhs_neg[c, j]` against `rhs_pos[c, i]` (edge i with
+its left-hand side replaced). `prepare` is applied once to every embedding before comparing
+(cosine normalises there), so that an embedding used as a positive and as a negative is
+prepared only once. Every comparator is symmetric in its two arguments.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Scores = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+class Comparator:
+    """Dot product, the base of the others; subclasses change `prepare` or the products."""
+
+    def prepare(self, embs: torch.Tensor) -> torch.Tensor:
+        return embs
+
+    def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
+                 rhs_neg: torch.Tensor) -> Scores:
+        pos_scores = (lhs_pos * rhs_pos).sum(-1)
+        lhs_neg_scores = torch.bmm(rhs_pos, lhs_neg.transpose(1, 2))
+        rhs_neg_scores = torch.bmm(lhs_pos, rhs_neg.transpose(1, 2))
+        return pos_scores, lhs_neg_scores, rhs_neg_scores
+
+
+class DotComparator(Comparator):
+    """The inner product."""
+
+
+class CosComparator(Comparator):
+    """The cosine similarity: the inner product of embeddings scaled to unit norm."""
+
+    def prepare(self, embs: torch.Tensor) -> torch.Tensor:
+        # Multiplying by the reciprocal norm, as PBG does, so that scores agree to the last bit;
+        # clamped so that an all-zero embedding scores 0 instead of NaN.
+        return embs * embs.norm(dim=-1, keepdim=True).clamp_min(1e-30).reciprocal()
+
+
+def pairwise_squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """||a_i - b_j||^2 for every pair of each chunk, as |a|^2 + |b|^2 - 2 a.b (one bmm)."""
+    a_squared = a.pow(2).sum(-1).unsqueeze(2)
+    b_squared = b.pow(2).sum(-1).unsqueeze(1)
+    return torch.baddbmm(b_squared, a, b.transpose(1, 2), alpha=-2) + a_squared
+
+
+def clamped_sqrt(squared: torch.Tensor) -> torch.Tensor:
+    # The clamp keeps the gradient finite where a distance is zero (an entity against itself).
+    return squared.clamp_min(1e-30).sqrt()
+
+
+class SquaredL2Comparator(Comparator):
+    """The negated squared euclidean distance."""
+
+    def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
+                 rhs_neg: torch.Tensor) -> Scores:
+        pos_scores = (lhs_pos - rhs_pos).pow(2).sum(-1)
+        lhs_neg_scores = pairwise_squared_distances(rhs_pos, lhs_neg)
+        rhs_neg_scores = pairwise_squared_distances(lhs_pos, rhs_neg)
+        return -pos_scores, -lhs_neg_scores, -rhs_neg_scores
+
+
+class L2Comparator(Comparator):
+    """The negated euclidean distance."""
+
+    def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
+                 rhs_neg: torch.Tensor) -> Scores:
+        pos_scores = clamped_sqrt((lhs_pos - rhs_pos).pow(2).sum(-1))
+        lhs_neg_scores = clamped_sqrt(pairwise_squared_distances(rhs_pos, lhs_neg))
+        rhs_neg_scores = clamped_sqrt(pairwise_squared_distances(lhs_pos, rhs_neg))
+        return -pos_scores, -lhs_neg_scores, -rhs_neg_scores
+
+
+class BiasedComparator(Comparator):
+    """Uses each embedding's first coordinate as a bias added to the score (config `bias`);
+    the other coordinates go to the base comparator."""
+
+    def __init__(self, base: Comparator) -> None:
+        self.base = base
+
+    def prepare(self, embs: torch.Tensor) -> torch.Tensor:
+        return torch.cat([embs[..., :1], self.base.prepare(embs[..., 1:])], dim=-1)
+
+    def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
+                 rhs_neg: torch.Tensor) -> Scores:
+        pos_scores, lhs_neg_scores, rhs_neg_scores = self.base(
+            lhs_pos[..., 1:], rhs_pos[..., 1:], lhs_neg[..., 1:], rhs_neg[..., 1:])
+        lhs_pos_bias, rhs_pos_bias = lhs_pos[..., 0], rhs_pos[..., 0]
+        pos_scores = pos_scores + lhs_pos_bias + rhs_pos_bias
+        lhs_neg_scores = (lhs_neg_scores + rhs_pos_bias.unsqueeze(2)
+                          + lhs_neg[..., 0].unsqueeze(1))
+        rhs_neg_scores = (rhs_neg_scores + lhs_pos_bias.unsqueeze(2)
+                          + rhs_neg[..., 0].unsqueeze(1))
+        return pos_scores, lhs_neg_scores, rhs_neg_scores
+
+
+COMPARATORS: dict[str, type[Comparator]] = {
+    "dot": DotComparator,
+    "cos": CosComparator,
+    "l2": L2Comparator,
+    "squared_l2": SquaredL2Comparator,
+}
+
+
+def make_comparator(name: str, bias: bool) -> Comparator:
+    comparator = COMPARATORS[name]()
+    return BiasedComparator(comparator) if bias else comparator

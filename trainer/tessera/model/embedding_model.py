@@ -1,0 +1,247 @@
+"""The embedding model: scores a batch of edges against their negatives and returns its loss.
+
+An entity's embedding, as scored, is its table row (for a featurized entity, the mean of its
+features' rows), renormed to `max_norm` if set, plus its type's global embedding, then the
+relation operator, then the comparator's `prepare`. Operators are applied as PyTorch-BigGraph
+applies them, so that a checkpoint scores the same in both systems:
+
+- one relation per batch: only the right-hand side is transformed; an edge (u, r, v) scores
+  c(u, f_r(v)), its corruptions c(u', f_r(v)) and c(u, f_r(v')).
+- dynamic relations (batches mix relation types): each side has its own operator, applied to
+  the side that is *not* corrupted, so that negatives never need another edge's relation:
+  left corruptions score c(u', h_r(v)) against c(u, h_r(v)), right ones c(g_r(u), v') against
+  c(g_r(u), v), where h are the right-hand and g the left-hand operators.
+
+The tables are plain tensors the caller passes in; the model holds only the operators and the
+global embeddings (its state dict is the model file). See `rows` for how gradients reach the
+tables and `negatives` for which entities corrupt an edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import ConfigSchema
+from ..edgelist import EdgeList, EntityList
+from .comparators import make_comparator
+from .config_checks import check_model_config
+from .losses import make_loss
+from .negatives import (
+    PADDING,
+    Chunking,
+    SideNegatives,
+    choose_negatives,
+    mask_negatives,
+    negative_embeddings,
+    negative_keys,
+    plan_chunking,
+)
+from .operators import DYNAMIC_OPERATORS, OPERATORS, DynamicOperator, Operator
+from .parameter_names import public_name
+from .regularizers import make_regularizer
+from .rows import TouchedRows, gather_rows
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What scoring a batch produced. Scores are detached; masked negatives are -inf."""
+
+    loss: torch.Tensor  # scalar: weight * (lhs loss + rhs loss) + regularization; backward this
+    regularization: float  # the part of `loss` due to the regularizer
+    count: int  # number of edges
+    lhs_pos_scores: torch.Tensor  # [N] the positives the left-hand corruptions compete with
+    lhs_neg_scores: torch.Tensor  # [N, M_lhs]
+    rhs_pos_scores: torch.Tensor  # [N] (the same as lhs_pos_scores without dynamic relations)
+    rhs_neg_scores: torch.Tensor  # [N, M_rhs]
+    touched: list[TouchedRows]  # the table rows used, whose leaves hold gradients after backward
+
+
+@dataclass(frozen=True)
+class SideBatch:
+    """One side of a batch: embeddings before operators, and what corrupts it."""
+
+    pos: torch.Tensor  # [N, dim] row (or feature mean) + global embedding
+    keys: torch.Tensor  # [N] identity for masking: entity ids, or edge indices if featurized
+    negatives: SideNegatives
+    extra: torch.Tensor | None  # embeddings of negatives.extra_rows, + global embedding
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """The negatives of one side in one comparison, their embeddings already prepared."""
+
+    side: SideBatch
+    extra: torch.Tensor | None
+
+
+class EmbeddingModel(nn.Module):
+    """Relation operators and global embeddings of a config, and the batch scoring."""
+
+    def __init__(self, config: ConfigSchema, num_relations: int) -> None:
+        super().__init__()
+        check_model_config(config)
+        if not config.dynamic_relations and num_relations != len(config.relations):
+            raise ValueError(f"{len(config.relations)} relations are configured, not "
+                             f"{num_relations}")
+        self.config = config
+        self.num_relations = num_relations
+        self.comparator = make_comparator(config.comparator, config.bias)
+        self.loss_fn = make_loss(config)
+        self.regularizer = make_regularizer(config)
+        self.global_embs = nn.ParameterDict({
+            f"emb_{name}": nn.Parameter(torch.zeros(config.entity_dimension(name)))
+            for name in config.entities} if config.global_emb else {})
+        if config.dynamic_relations:
+            template = config.relations[0]
+            operator = DYNAMIC_OPERATORS[template.operator]
+            self.lhs_operators = nn.ModuleList(
+                [operator(config.entity_dimension(template.lhs), num_relations)])
+            self.rhs_operators = nn.ModuleList(
+                [operator(config.entity_dimension(template.rhs), num_relations)])
+        else:
+            # Only right-hand operators; the empty left-hand slots keep PBG's indexing.
+            self.lhs_operators = nn.ModuleList([None] * num_relations)  # type: ignore[list-item]
+            self.rhs_operators = nn.ModuleList(
+                [OPERATORS[r.operator](config.entity_dimension(r.rhs)) for r in config.relations])
+
+    def public_parameter_names(self) -> dict[str, str]:
+        """State-dict key -> PBG's public name (`relations/0/operator/rhs/diagonal`...)."""
+        return {key: public_name(key) for key in self.state_dict()}
+
+    def forward(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor, *,
+                num_batch_negs: int, num_uniform_negs: int,
+                generator: torch.Generator | None = None) -> BatchResult:
+        """Score `edges` (one relation type unless dynamic) against their negatives.
+
+        The tables are the partitions of the relation's left and right entity types (the
+        same tensor when both sides share one); the negative counts are arguments so that
+        evaluation can use its own. Under torch.no_grad nothing takes gradients.
+        """
+        relation_index = self._relation_index(edges)
+        relation = self.config.relations[relation_index]
+        chunking = plan_chunking(len(edges), relation.all_negs, num_batch_negs, num_uniform_negs)
+        negatives = [
+            choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
+                             all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
+                             num_uniform_negs=num_uniform_negs, num_rows=len(table),
+                             generator=generator)
+            for entities, table, disabled in (
+                (edges.lhs, lhs_table, self.config.disable_lhs_negs),
+                (edges.rhs, rhs_table, self.config.disable_rhs_negs))]
+        gathered, touched = gather_rows(
+            [(lhs_table, _row_ids(edges.lhs, negatives[0])),
+             (rhs_table, _row_ids(edges.rhs, negatives[1]))], self.config.max_norm)
+        lhs = self._side(relation.lhs, edges.lhs, gathered[0], negatives[0])
+        rhs = self._side(relation.rhs, edges.rhs, gathered[1], negatives[1])
+        if self.config.dynamic_relations:
+            scores, regularization = self._score_dynamic(chunking, edges.rel, lhs, rhs)
+        else:
+            scores, regularization = self._score_one_relation(chunking, relation_index, lhs, rhs)
+        lhs_pos, lhs_neg, rhs_pos, rhs_neg = scores
+        loss = relation.weight * (self.loss_fn(lhs_pos, lhs_neg) + self.loss_fn(rhs_pos, rhs_neg))
+        if regularization is not None:
+            loss = loss + regularization
+        return BatchResult(
+            loss=loss, regularization=0.0 if regularization is None else regularization.item(),
+            count=len(edges), lhs_pos_scores=lhs_pos.detach(), lhs_neg_scores=lhs_neg.detach(),
+            rhs_pos_scores=rhs_pos.detach(), rhs_neg_scores=rhs_neg.detach(), touched=touched)
+
+    def _relation_index(self, edges: EdgeList) -> int:
+        """The config relation whose types, weight and negatives apply to the batch."""
+        if self.config.dynamic_relations:
+            return 0
+        index = int(edges.rel[0])
+        if not bool((edges.rel == index).all()):
+            raise ValueError("without dynamic relations a batch must hold one relation type")
+        return index
+
+    def _side(self, entity_type: str, entities: EntityList, gathered: list[torch.Tensor],
+              negatives: SideNegatives) -> SideBatch:
+        """`gathered`: the rows of the side's entities (or features), then of the extras."""
+        if entities.offsets is not None:
+            features = gathered[0]
+            pos = F.embedding_bag(torch.arange(len(features)), features, entities.offsets[:-1],
+                                  mode="mean")
+            keys = torch.arange(len(entities))
+        else:
+            pos = gathered[0]
+            keys = entities.ids
+        extra = gathered[1] if negatives.extra_rows is not None else None
+        global_key = f"emb_{entity_type}"
+        if global_key in self.global_embs:
+            pos = pos + self.global_embs[global_key]
+            extra = None if extra is None else extra + self.global_embs[global_key]
+        return SideBatch(pos=pos, keys=keys, negatives=negatives, extra=extra)
+
+    def _score_one_relation(self, chunking: Chunking, relation_index: int, lhs: SideBatch,
+                            rhs: SideBatch) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        operator = cast(Operator, self.rhs_operators[relation_index])
+        prepare = self.comparator.prepare
+        lhs_pos, rhs_pos = prepare(lhs.pos), prepare(operator(rhs.pos))
+        pos, lhs_neg, rhs_neg = self._compare(
+            chunking, lhs_pos, rhs_pos, _corruption(lhs, prepare),
+            _corruption(rhs, lambda embs: prepare(operator(embs))))
+        regularization = None
+        if self.regularizer is not None:
+            regularization = self.regularizer(lhs_pos, rhs_pos, operator)
+        return (pos, lhs_neg, pos, rhs_neg), regularization
+
+    def _score_dynamic(self, chunking: Chunking, rel: torch.Tensor, lhs: SideBatch,
+                       rhs: SideBatch) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        lhs_operator = cast(DynamicOperator, self.lhs_operators[0])
+        rhs_operator = cast(DynamicOperator, self.rhs_operators[0])
+        prepare = self.comparator.prepare
+        u, v = prepare(lhs.pos), prepare(rhs.pos)
+        g_u, h_v = prepare(lhs_operator(lhs.pos, rel)), prepare(rhs_operator(rhs.pos, rel))
+        lhs_pos, lhs_neg, _ = self._compare(chunking, u, h_v, _corruption(lhs, prepare), None)
+        rhs_pos, _, rhs_neg = self._compare(chunking, g_u, v, None, _corruption(rhs, prepare))
+        regularization = None
+        if self.regularizer is not None:
+            regularization = (self.regularizer.dynamic(u, h_v, rhs_operator, rel)
+                              + self.regularizer.dynamic(g_u, v, lhs_operator, rel))
+        return (lhs_pos, lhs_neg, rhs_pos, rhs_neg), regularization
+
+    def _compare(self, chunking: Chunking, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor,
+                 lhs: Corruption | None, rhs: Corruption | None) -> tuple[torch.Tensor, ...]:
+        """Positive scores [N] and each side's negative scores [N, M] (M = 0 if not given)."""
+        lhs_chunks, rhs_chunks = chunking.chunk(lhs_pos), chunking.chunk(rhs_pos)
+        pos, lhs_neg, rhs_neg = self.comparator(
+            lhs_chunks, rhs_chunks, _negatives(chunking, lhs_chunks, lhs),
+            _negatives(chunking, rhs_chunks, rhs))
+        return (chunking.unchunk(pos), _masked(chunking, lhs_neg, lhs),
+                _masked(chunking, rhs_neg, rhs))
+
+
+def _corruption(side: SideBatch, transform: Callable[[torch.Tensor], torch.Tensor]) -> Corruption:
+    """The side's negatives, with `transform` (operator, prepare) applied to the extra rows."""
+    return Corruption(side, None if side.extra is None else transform(side.extra))
+
+
+def _row_ids(entities: EntityList, negatives: SideNegatives) -> list[torch.Tensor]:
+    """The table rows one side reads: its entities' (or their features') and the extras."""
+    rows = [entities.ids if entities.data is None else entities.data]
+    if negatives.extra_rows is not None:
+        rows.append(negatives.extra_rows)
+    return rows
+
+
+def _negatives(chunking: Chunking, pos_chunks: torch.Tensor,
+               corruption: Corruption | None) -> torch.Tensor:
+    if corruption is None:
+        return pos_chunks.new_empty((chunking.num_chunks, 0, pos_chunks.shape[2]))
+    return negative_embeddings(chunking, corruption.side.negatives, pos_chunks, corruption.extra)
+
+
+def _masked(chunking: Chunking, scores: torch.Tensor,
+            corruption: Corruption | None) -> torch.Tensor:
+    if corruption is not None:
+        side = corruption.side
+        scores = mask_negatives(scores, chunking.chunk(side.keys, PADDING),
+                                negative_keys(chunking, side.negatives, side.keys))
+    return chunking.unchunk(scores)

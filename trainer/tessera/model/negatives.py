@@ -1,0 +1,127 @@
+"""Negative sampling, PyTorch-BigGraph's way: chunks, batch negatives, uniform draws, masks.
+
+A batch of N edges is cut into chunks of `num_batch_negs` edges (the last one padded). Each
+edge is corrupted, on each side, by the entities on that side of the other edges of its chunk
+("batch negatives", free: their embeddings are already computed) plus `num_uniform_negs`
+entities drawn uniformly from the side's partition, one draw shared by the whole chunk. With
+`all_negs` every entity of the partition corrupts every edge instead. A negative that is the
+positive's own entity (the edge itself among the batch negatives, a uniform draw that
+collides, or a repeated entity) or padding is masked: its score becomes -inf.
+
+Featurized entities have no identity to draw or list, so a featurized side only gets batch
+negatives (none when `num_batch_negs` is 0), and only the edge itself is masked among them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Key of padding rows: entity ids and edge indices are >= 0, so it never equals a real key.
+PADDING = -1
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """How the N edges of a batch are laid out as [num_chunks, chunk_size]."""
+
+    num_edges: int
+    chunk_size: int
+
+    @property
+    def num_chunks(self) -> int:
+        return -(-self.num_edges // self.chunk_size)
+
+    def chunk(self, values: torch.Tensor, padding_value: float = 0) -> torch.Tensor:
+        """[N, ...] -> [num_chunks, chunk_size, ...], padded at the end of the last chunk."""
+        missing = self.num_chunks * self.chunk_size - self.num_edges
+        if missing:
+            padding = values.new_full((missing, *values.shape[1:]), padding_value)
+            values = torch.cat([values, padding])
+        return values.view(self.num_chunks, self.chunk_size, *values.shape[1:])
+
+    def unchunk(self, values: torch.Tensor) -> torch.Tensor:
+        """[num_chunks, chunk_size, ...] -> [N, ...], dropping the padding."""
+        return values.flatten(0, 1)[:self.num_edges]
+
+
+def plan_chunking(num_edges: int, all_negs: bool, num_batch_negs: int,
+                  num_uniform_negs: int) -> Chunking:
+    """Chunks of num_batch_negs edges; of num_uniform_negs when there are no batch negatives
+    (PBG's choice); the whole batch with all_negs or with no negatives at all."""
+    if num_edges == 0:
+        raise ValueError("cannot score an empty batch")
+    if all_negs:
+        size = num_edges
+    elif num_batch_negs > 0:
+        size = min(num_batch_negs, num_edges)
+    elif num_uniform_negs > 0:
+        size = min(num_uniform_negs, num_edges)
+    else:
+        size = num_edges
+    return Chunking(num_edges, size)
+
+
+@dataclass(frozen=True)
+class SideNegatives:
+    """What corrupts one side of a batch's edges."""
+
+    use_batch: bool  # the side's entities of the other edges of the chunk
+    extra_rows: torch.Tensor | None  # table rows: [num_chunks, U] uniform draws, or [E] all
+
+
+def choose_negatives(chunking: Chunking, *, disabled: bool, featurized: bool, all_negs: bool,
+                     num_batch_negs: int, num_uniform_negs: int, num_rows: int,
+                     generator: torch.Generator | None) -> SideNegatives:
+    if disabled:
+        return SideNegatives(use_batch=False, extra_rows=None)
+    if featurized:
+        return SideNegatives(use_batch=num_batch_negs > 0, extra_rows=None)
+    if all_negs:
+        return SideNegatives(use_batch=False, extra_rows=torch.arange(num_rows))
+    uniform = None
+    if num_uniform_negs > 0:
+        uniform = torch.randint(num_rows, (chunking.num_chunks, num_uniform_negs),
+                                generator=generator)
+    return SideNegatives(use_batch=num_batch_negs > 0, extra_rows=uniform)
+
+
+def negative_keys(chunking: Chunking, negatives: SideNegatives,
+                  pos_keys: torch.Tensor) -> torch.Tensor:
+    """[num_chunks, M]: the identity of each negative of each chunk, in the order of
+    `negative_embeddings`: the chunk's own edges first, then the extra rows."""
+    parts = []
+    if negatives.use_batch:
+        parts.append(chunking.chunk(pos_keys, PADDING))
+    if negatives.extra_rows is not None:
+        extra = negatives.extra_rows
+        parts.append(extra if extra.dim() == 2 else extra.expand(chunking.num_chunks, -1))
+    if not parts:
+        return pos_keys.new_empty((chunking.num_chunks, 0))
+    return torch.cat(parts, dim=1)
+
+
+def negative_embeddings(chunking: Chunking, negatives: SideNegatives, pos_chunks: torch.Tensor,
+                        extra: torch.Tensor | None) -> torch.Tensor:
+    """[num_chunks, M, dim] from the chunked positives [C, S, dim] and the prepared embeddings
+    of the extra rows ([C, U, dim] uniform, or [E, dim] all)."""
+    parts = []
+    if negatives.use_batch:
+        parts.append(pos_chunks)
+    if extra is not None:
+        parts.append(extra if extra.dim() == 3 else extra.expand(chunking.num_chunks, -1, -1))
+    if not parts:
+        return pos_chunks.new_empty((chunking.num_chunks, 0, pos_chunks.shape[2]))
+    return torch.cat(parts, dim=1)
+
+
+def mask_negatives(scores: torch.Tensor, pos_keys: torch.Tensor,
+                   neg_keys: torch.Tensor) -> torch.Tensor:
+    """Scores [C, S, M] with -inf where the negative is the positive itself or padding.
+
+    `pos_keys` [C, S] and `neg_keys` [C, M] identify entities (or, on featurized sides,
+    edges); out of place, so that masked scores pass no gradient back.
+    """
+    ignore = (pos_keys.unsqueeze(2) == neg_keys.unsqueeze(1)) | (neg_keys == PADDING).unsqueeze(1)
+    return scores.masked_fill(ignore, float("-inf"))

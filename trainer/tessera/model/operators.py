@@ -1,0 +1,249 @@
+"""Relation operators: the learned transformation a relation applies to an embedding.
+
+Parameter names, shapes and initial values are PyTorch-BigGraph's, because they are the keys
+of the model file (`model/relations/{idx}/operator/{side}/{param}`): a checkpoint written by
+either system must load into the other. Plain operators hold one set of parameters for one
+relation; dynamic operators hold a leading `[num_operations]` dimension and pick each
+embedding's parameters by its relation index, for batches that mix relation types.
+
+Operators also say what the N3 regularizer penalises: the magnitude of each coordinate, where
+a complex operator's coordinate is a (real, imaginary) pair.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+def check_even(name: str, dim: int) -> None:
+    """The complex operators split an embedding into real and imaginary halves."""
+    if dim % 2 != 0:
+        raise ValueError(f"the {name} operator needs an even dimension (first half real, second "
+                         f"half imaginary), got {dim}")
+
+
+def complex_product(embs: torch.Tensor, real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+    """(a + ib)(c + id) with the embeddings' first half as a, second half as b."""
+    half = embs.shape[-1] // 2
+    embs_real, embs_imag = embs[..., :half], embs[..., half:]
+    return torch.cat([embs_real * real - embs_imag * imag,
+                      embs_real * imag + embs_imag * real], dim=-1)
+
+
+def complex_modulus(real: torch.Tensor, imag: torch.Tensor) -> torch.Tensor:
+    # Clamped so that the gradient stays finite at a zero coordinate.
+    return (real * real + imag * imag).clamp_min(1e-30).sqrt()
+
+
+def halves_modulus(embs: torch.Tensor) -> torch.Tensor:
+    half = embs.shape[-1] // 2
+    return complex_modulus(embs[..., :half], embs[..., half:])
+
+
+def matrix_vector(matrices: torch.Tensor, embs: torch.Tensor) -> torch.Tensor:
+    """A x for each row x; `matrices` is one [dim, dim] matrix or one per row."""
+    return torch.matmul(matrices, embs.unsqueeze(-1)).squeeze(-1)
+
+
+class Operator(nn.Module):
+    """Transforms every embedding of one relation with the same parameters."""
+
+    # False where PBG defines no regularizer term for the operator's parameters.
+    regularizable: ClassVar[bool] = True
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return embs
+
+    def parameter_magnitudes(self) -> torch.Tensor | None:
+        """What N3 penalises in the parameters (None: nothing)."""
+        return None
+
+    def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        """What N3 penalises in an embedding this operator is applied to."""
+        return embs.abs()
+
+
+class IdentityOperator(Operator):
+    """Leaves embeddings unchanged (`none`)."""
+
+
+class TranslationOperator(Operator):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.translation = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return embs + self.translation
+
+    def parameter_magnitudes(self) -> torch.Tensor:
+        return self.translation.abs()
+
+
+class DiagonalOperator(Operator):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.diagonal = nn.Parameter(torch.ones(dim))
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return embs * self.diagonal
+
+    def parameter_magnitudes(self) -> torch.Tensor:
+        return self.diagonal.abs()
+
+
+class LinearOperator(Operator):
+    regularizable = False
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.linear_transformation = nn.Parameter(torch.eye(dim))
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return matrix_vector(self.linear_transformation, embs)
+
+
+class AffineOperator(Operator):
+    regularizable = False
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.linear_transformation = nn.Parameter(torch.eye(dim))
+        self.translation = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return matrix_vector(self.linear_transformation, embs) + self.translation
+
+
+class ComplexDiagonalOperator(Operator):
+    """Multiplies each complex coordinate by a learned complex number (ComplEx)."""
+
+    def __init__(self, dim: int) -> None:
+        check_even("complex_diagonal", dim)
+        super().__init__(dim)
+        self.real = nn.Parameter(torch.ones(dim // 2))
+        self.imag = nn.Parameter(torch.zeros(dim // 2))
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return complex_product(embs, self.real, self.imag)
+
+    def parameter_magnitudes(self) -> torch.Tensor:
+        return complex_modulus(self.real, self.imag)
+
+    def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        return halves_modulus(embs)
+
+
+class DynamicOperator(nn.Module):
+    """Transforms each embedding with the parameters of its own relation type."""
+
+    regularizable: ClassVar[bool] = True
+
+    def __init__(self, dim: int, num_operations: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.num_operations = num_operations
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return embs
+
+    def parameter_magnitudes(self, operator_idxs: torch.Tensor) -> torch.Tensor | None:
+        """What N3 penalises in the parameters used by each embedding (None: nothing)."""
+        return None
+
+    def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        return embs.abs()
+
+
+class IdentityDynamicOperator(DynamicOperator):
+    """Leaves embeddings unchanged (`none`)."""
+
+
+class TranslationDynamicOperator(DynamicOperator):
+    def __init__(self, dim: int, num_operations: int) -> None:
+        super().__init__(dim, num_operations)
+        self.translations = nn.Parameter(torch.zeros(num_operations, dim))
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return embs + self.translations[operator_idxs]
+
+    def parameter_magnitudes(self, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return self.translations[operator_idxs].abs()
+
+
+class DiagonalDynamicOperator(DynamicOperator):
+    def __init__(self, dim: int, num_operations: int) -> None:
+        super().__init__(dim, num_operations)
+        self.diagonals = nn.Parameter(torch.ones(num_operations, dim))
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return embs * self.diagonals[operator_idxs]
+
+    def parameter_magnitudes(self, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return self.diagonals[operator_idxs].abs()
+
+
+class LinearDynamicOperator(DynamicOperator):
+    regularizable = False
+
+    def __init__(self, dim: int, num_operations: int) -> None:
+        super().__init__(dim, num_operations)
+        self.linear_transformations = nn.Parameter(torch.eye(dim).repeat(num_operations, 1, 1))
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return matrix_vector(self.linear_transformations[operator_idxs], embs)
+
+
+class AffineDynamicOperator(DynamicOperator):
+    regularizable = False
+
+    def __init__(self, dim: int, num_operations: int) -> None:
+        super().__init__(dim, num_operations)
+        self.linear_transformations = nn.Parameter(torch.eye(dim).repeat(num_operations, 1, 1))
+        self.translations = nn.Parameter(torch.zeros(num_operations, dim))
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return (matrix_vector(self.linear_transformations[operator_idxs], embs)
+                + self.translations[operator_idxs])
+
+
+class ComplexDiagonalDynamicOperator(DynamicOperator):
+    def __init__(self, dim: int, num_operations: int) -> None:
+        check_even("complex_diagonal", dim)
+        super().__init__(dim, num_operations)
+        self.real = nn.Parameter(torch.ones(num_operations, dim // 2))
+        self.imag = nn.Parameter(torch.zeros(num_operations, dim // 2))
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return complex_product(embs, self.real[operator_idxs], self.imag[operator_idxs])
+
+    def parameter_magnitudes(self, operator_idxs: torch.Tensor) -> torch.Tensor:
+        return complex_modulus(self.real[operator_idxs], self.imag[operator_idxs])
+
+    def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        return halves_modulus(embs)
+
+
+OPERATORS: dict[str, type[Operator]] = {
+    "none": IdentityOperator,
+    "translation": TranslationOperator,
+    "diagonal": DiagonalOperator,
+    "linear": LinearOperator,
+    "affine": AffineOperator,
+    "complex_diagonal": ComplexDiagonalOperator,
+}
+
+DYNAMIC_OPERATORS: dict[str, type[DynamicOperator]] = {
+    "none": IdentityDynamicOperator,
+    "translation": TranslationDynamicOperator,
+    "diagonal": DiagonalDynamicOperator,
+    "linear": LinearDynamicOperator,
+    "affine": AffineDynamicOperator,
+    "complex_diagonal": ComplexDiagonalDynamicOperator,
+}

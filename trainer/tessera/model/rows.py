@@ -1,0 +1,74 @@
+"""Gathering the embedding-table rows a batch touches into small tensors that take gradients.
+
+Embedding tables are plain tensors (often in shared memory, written by several Hogwild
+workers), never `nn.Parameter`s: a dense gradient of a table with millions of rows would cost
+more than the whole batch. Instead each batch copies the distinct rows it needs into one leaf
+tensor per table; autograd fills that leaf's `.grad`, and the optimizer applies it row-wise
+to the table. When both sides of a bucket use the same table, they share one leaf, so a row
+that is both a left- and a right-hand entity gets one, summed, update (as in PBG).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TouchedRows:
+    """Rows of one table a batch used: after backward, `embeddings.grad` is their gradient."""
+
+    table: torch.Tensor  # the embedding table the rows belong to (not a copy)
+    rows: torch.Tensor  # int64 [k], distinct and sorted
+    embeddings: torch.Tensor  # float [k, dim] leaf, table[rows] (renormed if max_norm is set)
+
+
+def renorm_rows(rows: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Rows longer than max_norm scaled down to it, with torch's embedding max_norm rule."""
+    norms = rows.norm(dim=1, keepdim=True)
+    scale = torch.where(norms > max_norm, max_norm / (norms + 1e-7), torch.ones_like(norms))
+    return rows * scale
+
+
+Request = tuple[torch.Tensor, Sequence[torch.Tensor]]  # (table, id tensors)
+
+
+def gather_rows(requests: Sequence[Request], max_norm: float | None = None) -> tuple[
+        list[list[torch.Tensor]], list[TouchedRows]]:
+    """The embeddings of the rows each (table, id tensors) request names, shaped like the ids
+    plus a dimension, all computed from one leaf per distinct table.
+
+    Each table is read with a single index operation, so that backward scatters into its
+    leaf once. With max_norm, the rows are renormed first and, when training, written back
+    renormed (as torch's embedding max_norm does), so that the update applies to them.
+    """
+    tables: list[torch.Tensor] = []
+    for table, _ in requests:
+        if not any(table is seen for seen in tables):
+            tables.append(table)
+    gathered: list[list[torch.Tensor]] = [[] for _ in requests]
+    touched = []
+    for table in tables:
+        mine = [i for i, (t, _) in enumerate(requests) if t is table]
+        ids = [ids for i in mine for ids in requests[i][1]]
+        rows, inverse = torch.unique(torch.cat([i.reshape(-1) for i in ids]), return_inverse=True)
+        leaf = _leaf(table, rows, max_norm)
+        touched.append(TouchedRows(table=table, rows=rows, embeddings=leaf))
+        embeddings = iter(leaf[inverse].split([i.numel() for i in ids]))
+        for i in mine:
+            gathered[i] = [next(embeddings).view(*requested.shape, leaf.shape[1])
+                           for requested in requests[i][1]]
+    return gathered, touched
+
+
+def _leaf(table: torch.Tensor, rows: torch.Tensor, max_norm: float | None) -> torch.Tensor:
+    leaf = table.index_select(0, rows)
+    if max_norm is not None:
+        leaf = renorm_rows(leaf, max_norm)
+        if torch.is_grad_enabled():
+            table.index_copy_(0, rows, leaf)
+    if torch.is_grad_enabled():
+        leaf.requires_grad_()
+    return leaf

@@ -1,0 +1,410 @@
+"""Versioned checkpoints in PBG's format, written so that a crash never loses the last one.
+
+A checkpoint directory holds, for version N: `model.vN.h5` (group `model` with one dataset per
+parameter under its public name, such as `relations/0/operator/rhs/translation`, each with a
+`state_dict_key` attribute), `embeddings_{type}_{part}.vN.h5` (dataset `embeddings`, float32
+[entities, dimension]), each optionally with the optimizer state (the torch.save bytes) as
+the opaque-byte dataset `optimizer/state_dict`, and with `format_version` = 1 and the caller's
+metadata as root attributes; plus `config.json`, `checkpoint_version.txt` and `training_stats.json`.
+
+Version N counts only once `checkpoint_version.txt` says N. Every file is published atomically
+(a renamed temporary file, or one PUT), the files of N + 1 are all written before the version
+file changes, and the files of N are deleted only after: at every moment the directory holds a
+complete, readable committed version. Version 0 means "no committed version"; reading it uses
+PBG's unversioned names (`model.h5`, `embeddings_{type}_{part}.h5`), which is what an
+`init_path` made by hand or by another tool contains.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import h5py
+import numpy as np
+
+from ..errors import BadInputError, FormatError, TesseraError
+from .fs import Directory
+from .hdf5 import FORMAT_VERSION_ATTR, check_format_version, reading_hdf5, writing_hdf5
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION_FILE = "checkpoint_version.txt"
+CONFIG_FILE = "config.json"
+STATS_FILE = "training_stats.json"
+EMBEDDINGS_DATASET = "embeddings"
+MODEL_GROUP = "model"
+OPTIMIZER_STATE_DATASET = "optimizer/state_dict"
+STATE_DICT_KEY_ATTR = "state_dict_key"
+
+# A parameter's public name -> (its key in the model's state dict, its values).
+ModelParameters = dict[str, tuple[str, np.ndarray]]
+MetadataValue = str | int | float | bool
+
+# PBG stores the optimizer's torch.save() blob as 1-byte opaque HDF5 elements.
+_OPAQUE_BYTE = np.dtype("V1")
+# Embeddings are read in slices of this size (see _read_in_slices).
+READ_SLICE_BYTES = 8 * 2**20
+
+_VERSIONED_FILE = re.compile(r"(?:model|embeddings_.+_\d+)\.v(\d+)\.h5")
+_NON_NEGATIVE_INTEGER = re.compile(r"[0-9]+")
+
+
+def model_file(version: int) -> str:
+    return "model.h5" if version == 0 else f"model.v{version}.h5"
+
+
+def embeddings_file(entity_type: str, part: int, version: int) -> str:
+    stem = f"embeddings_{entity_type}_{part}"
+    return f"{stem}.h5" if version == 0 else f"{stem}.v{version}.h5"
+
+
+def should_preserve(epochs_done: int, interval: int | None) -> bool:
+    """Whether the checkpoint after `epochs_done` epochs is kept (PBG's preservation rule)."""
+    return interval is not None and epochs_done > 0 and epochs_done % interval == 0
+
+
+class CheckpointStore:
+    """The checkpoints in one directory: write a version's files, commit it, read it back."""
+
+    def __init__(self, directory: Directory) -> None:
+        self.directory = directory
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.directory.url!r})"
+
+    # Versions and config.
+
+    def current_version(self) -> int:
+        """The committed version, or 0 when nothing was ever committed here."""
+        try:
+            text = self.directory.read_text(CHECKPOINT_VERSION_FILE)
+        except FileNotFoundError:
+            return 0
+        if not _NON_NEGATIVE_INTEGER.fullmatch(text.strip()):
+            raise FormatError(self.directory.url_of(CHECKPOINT_VERSION_FILE),
+                              f"expected a checkpoint version (an integer), found "
+                              f"{text.strip()[:40]!r}")
+        return int(text)
+
+    def read_config(self) -> dict[str, Any]:
+        """The config (as a plain dict) of the committed checkpoint."""
+        url = self.directory.url_of(CONFIG_FILE)
+        try:
+            text = self.directory.read_text(CONFIG_FILE)
+        except FileNotFoundError as error:
+            raise BadInputError(f"{url}: file not found; is this a checkpoint "
+                                "directory?") from error
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise FormatError(url, f"invalid JSON ({error})") from error
+        if not isinstance(config, dict):
+            raise FormatError(url, "expected a JSON object")
+        return config
+
+    # Embeddings.
+
+    def has_embeddings(self, entity_type: str, part: int, version: int | None = None) -> bool:
+        return self.directory.exists(embeddings_file(entity_type, part,
+                                                     self._resolve(version)))
+
+    def write_embeddings(self, version: int, entity_type: str, part: int,
+                         embeddings: np.ndarray, optimizer_state: bytes | None = None,
+                         metadata: Mapping[str, MetadataValue] | None = None) -> None:
+        """Write one partition's embeddings (and optimizer state) for a future version."""
+        self._check_writable(version)
+        values = np.ascontiguousarray(embeddings, dtype=np.float32)
+        if values.ndim != 2:
+            raise ValueError(f"embeddings must be 2-D [entities, dimension], got {values.shape}")
+        with writing_hdf5(self.directory, embeddings_file(entity_type, part, version)) as file:
+            _write_metadata(file, metadata)
+            file.create_dataset(EMBEDDINGS_DATASET, data=values)
+            _write_optimizer_state(file, optimizer_state)
+
+    def read_embeddings(self, entity_type: str, part: int, version: int | None = None, *,
+                        num_entities: int | None = None, dimension: int | None = None,
+                        out: np.ndarray | None = None) -> tuple[np.ndarray, bytes | None]:
+        """One partition's float32 embeddings and optimizer state (None if not saved).
+
+        `num_entities` and `dimension`, when given, are checked against the file; `out` (for
+        instance a shared-memory tensor's array) receives the values without another copy.
+        """
+        version = self._resolve(version)
+        name = embeddings_file(entity_type, part, version)
+        url = self.directory.url_of(name)
+        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+            check_format_version(file, url)
+            dataset = _embeddings_dataset(file, url, num_entities, dimension)
+            if out is None:
+                out = np.empty(dataset.shape, dtype=np.float32)
+            elif out.dtype != np.float32 or not out.flags.c_contiguous:
+                raise ValueError(f"out must be a C-contiguous float32 array, got {out.dtype}")
+            elif out.shape != dataset.shape:
+                raise FormatError(url, f"embeddings have shape {dataset.shape}, expected "
+                                       f"{out.shape}")
+            _read_in_slices(dataset, out)
+            return out, _read_optimizer_state(file, url)
+
+    # Model parameters.
+
+    def write_model(self, version: int, params: ModelParameters,
+                    optimizer_state: bytes | None = None,
+                    metadata: Mapping[str, MetadataValue] | None = None) -> None:
+        """Write the shared parameters (relation operators, global embeddings) for a version."""
+        self._check_writable(version)
+        for public_name in params:
+            if not public_name or public_name.startswith(f"{MODEL_GROUP}/"):
+                raise ValueError(f"parameter name {public_name!r} must be relative to the "
+                                 f"'{MODEL_GROUP}' group, e.g. 'relations/0/operator/rhs/...'")
+        with writing_hdf5(self.directory, model_file(version)) as file:
+            _write_metadata(file, metadata)
+            group = file.create_group(MODEL_GROUP, track_order=True)
+            for public_name, (state_dict_key, values) in params.items():
+                dataset = group.create_dataset(public_name, data=np.asarray(values))
+                dataset.attrs[STATE_DICT_KEY_ATTR] = state_dict_key
+            _write_optimizer_state(file, optimizer_state)
+
+    def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
+        """The parameters by public name, with their state-dict keys, and the optimizer state."""
+        version = self._resolve(version)
+        name = model_file(version)
+        url = self.directory.url_of(name)
+        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+            check_format_version(file, url)
+            return _read_parameters(file, url), _read_optimizer_state(file, url)
+
+    def read_metadata(self, version: int | None = None, *,
+                      entity: tuple[str, int] | None = None) -> dict[str, MetadataValue]:
+        """The metadata attributes of the model file, or of one (type, part) embeddings file."""
+        version = self._resolve(version)
+        name = model_file(version) if entity is None else embeddings_file(*entity, version)
+        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+            check_format_version(file, self.directory.url_of(name))
+            return {key: _plain(value) for key, value in file.attrs.items()
+                    if key != FORMAT_VERSION_ATTR}
+
+    # Committing, preserving, cleaning up.
+
+    def commit(self, version: int, config: Mapping[str, Any]) -> None:
+        """Make `version` the checkpoint: its files must all be written already.
+
+        Writes config.json, then atomically the version file (from that instant on, and only
+        then, the new version counts), then deletes the files of older versions.
+        """
+        self._check_writable(version)
+        self._check_complete(version, config)
+        self.directory.write_text(CONFIG_FILE, json.dumps(config, indent=4))
+        self.directory.write_text(CHECKPOINT_VERSION_FILE, f"{version}\n")
+        self._delete_versions(lambda found: found < version, best_effort=True)
+
+    def preserve(self, epochs_done: int) -> CheckpointStore:
+        """Copy the committed version into `epoch_{epochs_done}/`, a checkpoint of its own."""
+        version = self.current_version()
+        if version == 0:
+            raise ValueError(f"{self.directory.url}: no committed checkpoint to preserve")
+        snapshot = self.directory.subdirectory(f"epoch_{epochs_done}")
+        # An older snapshot of that name stops counting until the new one is complete.
+        snapshot.delete(CHECKPOINT_VERSION_FILE)
+        for name in self._files_of_version(version):
+            self.directory.copy(name, snapshot)
+        self.directory.copy(CONFIG_FILE, snapshot)
+        snapshot.write_text(CHECKPOINT_VERSION_FILE, f"{version}\n")
+        return CheckpointStore(snapshot)
+
+    def remove_uncommitted(self) -> None:
+        """Delete what an interrupted run left: other versions' files, temporary files.
+
+        Call it once at start-up, before any process writes here: a version above the
+        committed one is a half-written checkpoint, one below it a deletion cut short.
+        """
+        committed = self.current_version()
+        self._delete_versions(lambda found: found != committed, best_effort=False)
+        for name in self.directory.listdir():
+            if name.startswith(".") and name.endswith(".tmp"):  # see Directory.writing
+                self.directory.delete(name)
+
+    # Training statistics.
+
+    def append_stats(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Add records to training_stats.json (JSON lines)."""
+        lines = "".join(json.dumps(record, default=_json_value) + "\n" for record in records)
+        if not self.directory.is_local:  # object stores cannot append: rewrite the whole file
+            self.directory.write_text(STATS_FILE, self._read_stats_text() + lines)
+            return
+        self.directory.makedirs()
+        with open(self.directory.path(STATS_FILE), "a", encoding="utf-8") as file:
+            file.write(lines)
+            file.flush()
+            os.fsync(file.fileno())
+
+    def read_stats(self) -> list[dict[str, Any]]:
+        """Every record of training_stats.json, oldest first ([] when there is none)."""
+        url = self.directory.url_of(STATS_FILE)
+        lines = self._read_stats_text().split("\n")
+        records = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                if number == len(lines):  # an append cut short by a crash: drop it
+                    logger.warning("%s: ignoring an incomplete last line", url)
+                    break
+                raise FormatError(url, f"line {number} is not JSON ({error})") from error
+        return records
+
+    # Internals.
+
+    def _resolve(self, version: int | None) -> int:
+        return self.current_version() if version is None else version
+
+    def _missing_hint(self, version: int) -> str:
+        if version == 0:
+            return (f" (there is no {CHECKPOINT_VERSION_FILE}, so the unversioned name was "
+                    "tried)")
+        return f" (checkpoint version {version} is incomplete)"
+
+    def _check_writable(self, version: int) -> None:
+        committed = self.current_version()
+        if version <= committed:
+            raise ValueError(f"{self.directory.url}: version {version} is not above the "
+                             f"committed version {committed}; writing it would overwrite a "
+                             "complete checkpoint")
+
+    def _check_complete(self, version: int, config: Mapping[str, Any]) -> None:
+        present = set(self.directory.listdir())
+        expected = [model_file(version)] + [
+            embeddings_file(entity_type, part, version)
+            for entity_type, entity in config.get("entities", {}).items()
+            for part in range(entity.get("num_partitions", 1))
+        ]
+        missing = [name for name in expected if name not in present]
+        if missing:
+            raise FormatError(self.directory.url_of(missing[0]),
+                              f"missing, so version {version} cannot be committed "
+                              f"({len(missing)} file(s) missing in all)")
+
+    def _files_of_version(self, version: int) -> list[str]:
+        return [name for name in self.directory.listdir() if _version_of(name) == version]
+
+    def _delete_versions(self, doomed: Callable[[int], bool], *, best_effort: bool) -> None:
+        for name in self.directory.listdir():
+            found = _version_of(name)
+            if found is None or not doomed(found):
+                continue
+            try:
+                self.directory.delete(name)
+            except (OSError, TesseraError) as error:
+                if not best_effort:
+                    raise
+                # Harmless garbage: the next commit or remove_uncommitted() retries.
+                logger.warning("could not delete old checkpoint file %s: %s",
+                               self.directory.url_of(name), error)
+
+    def _read_stats_text(self) -> str:
+        try:
+            return self.directory.read_text(STATS_FILE)
+        except FileNotFoundError:
+            return ""
+
+
+def _version_of(name: str) -> int | None:
+    match = _VERSIONED_FILE.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def _embeddings_dataset(file: h5py.File, url: str, num_entities: int | None,
+                        dimension: int | None) -> h5py.Dataset:
+    dataset = file.get(EMBEDDINGS_DATASET)
+    if not isinstance(dataset, h5py.Dataset):
+        raise FormatError(url, f"dataset '{EMBEDDINGS_DATASET}' is missing")
+    if dataset.ndim != 2 or dataset.dtype.kind != "f":
+        raise FormatError(url, f"'{EMBEDDINGS_DATASET}' must be a 2-D float array, found "
+                               f"shape {dataset.shape} of {dataset.dtype}")
+    rows, columns = dataset.shape
+    if num_entities is not None and rows != num_entities:
+        raise FormatError(url, f"'{EMBEDDINGS_DATASET}' has {rows} rows but the partition has "
+                               f"{num_entities} entities")
+    if dimension is not None and columns != dimension:
+        raise FormatError(url, f"'{EMBEDDINGS_DATASET}' has dimension {columns}, expected "
+                               f"{dimension}")
+    return dataset
+
+
+def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray) -> None:
+    """Read row slices of about READ_SLICE_BYTES each, straight into `out`.
+
+    A remote file object serves each read with a buffer of its size, so one read of a whole
+    multi-GB partition would hold it twice in memory; slices bound that to a few MB.
+    """
+    rows, columns = dataset.shape
+    step = max(1, READ_SLICE_BYTES // max(1, columns * out.itemsize))
+    for start in range(0, rows, step):
+        selection = np.s_[start:min(start + step, rows)]
+        if columns:  # HDF5 rejects empty selections
+            dataset.read_direct(out, source_sel=selection, dest_sel=selection)
+
+
+def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
+    group = file.get(MODEL_GROUP)
+    if group is None:  # a model without shared parameters
+        return {}
+    params: ModelParameters = {}
+
+    def collect(public_name: str, item: h5py.HLObject) -> None:
+        if not isinstance(item, h5py.Dataset):
+            return
+        if STATE_DICT_KEY_ATTR not in item.attrs:
+            raise FormatError(url, f"dataset '{MODEL_GROUP}/{public_name}' has no "
+                                   f"'{STATE_DICT_KEY_ATTR}' attribute")
+        params[public_name] = (str(_plain(item.attrs[STATE_DICT_KEY_ATTR])), item[()])
+
+    group.visititems(collect)
+    return params
+
+
+def _write_optimizer_state(file: h5py.File, state: bytes | None) -> None:
+    if state is not None:
+        # Opaque bytes ("V1"), as PBG writes them; a uint8 array reads back the same.
+        file.create_dataset(OPTIMIZER_STATE_DATASET, data=np.frombuffer(state, _OPAQUE_BYTE))
+
+
+def _read_optimizer_state(file: h5py.File, url: str) -> bytes | None:
+    if OPTIMIZER_STATE_DATASET not in file:
+        return None
+    dataset = file[OPTIMIZER_STATE_DATASET]
+    if dataset.ndim != 1 or dataset.dtype.itemsize != 1:
+        raise FormatError(url, f"'{OPTIMIZER_STATE_DATASET}' must be a 1-D array of bytes, "
+                               f"found shape {dataset.shape} of {dataset.dtype}")
+    return dataset[()].tobytes()
+
+
+def _write_metadata(file: h5py.File, metadata: Mapping[str, MetadataValue] | None) -> None:
+    for key, value in (metadata or {}).items():
+        value = _plain(value)
+        if key == FORMAT_VERSION_ATTR or not isinstance(value, (str, int, float)):
+            raise ValueError(f"metadata {key!r}: expected a string or a number, got {value!r}")
+        file.attrs[key] = value
+
+
+def _plain(value: Any) -> Any:
+    """numpy values and HDF5 byte strings as the Python values they stand for."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    return value
+
+
+def _json_value(value: Any) -> Any:
+    """Let json encode numpy values (a loss as np.float32, a count as np.int64)."""
+    plain = _plain(value)
+    if plain is value:
+        raise TypeError(f"{value!r} of type {type(value).__name__} is not JSON serialisable")
+    return plain

@@ -1,0 +1,98 @@
+"""HDF5 files in a `Directory`: opening one to read, writing one atomically, its format version.
+
+Edge buckets and checkpoint files are HDF5 files whose root group carries the attribute
+`format_version` = 1. They are read by path from a local disk and through a seekable remote
+file (which fetches only the byte ranges HDF5 asks for) from object stores, and written into a
+local temporary file that is published whole. Every way a file can fail to open becomes an
+error that names the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+import h5py
+import numpy as np
+
+from ..errors import BadInputError, FormatError
+from .fs import Directory
+
+FORMAT_VERSION_ATTR = "format_version"
+FORMAT_VERSION = 1
+
+
+_gc_pause_lock = threading.Lock()
+_gc_pause_depth = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector off while HDF5 reads through a remote file object.
+
+    h5py holds its global lock while it waits for fsspec's IO thread to fetch bytes; if a
+    collection runs on that thread and frees an h5py object, which needs the same lock, the
+    process deadlocks (h5py issue #2019). Pauses nest across threads: the last one out
+    restores the collector.
+    """
+    global _gc_pause_depth, _gc_was_enabled
+    with _gc_pause_lock:
+        if _gc_pause_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pause_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_pause_lock:
+            _gc_pause_depth -= 1
+            if _gc_pause_depth == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+@contextlib.contextmanager
+def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Iterator[h5py.File]:
+    """Open `name` for reading; a missing file is a BadInputError, a corrupt one a FormatError."""
+    url = directory.url_of(name)
+    with contextlib.ExitStack() as stack:
+        try:
+            local_path = stack.enter_context(directory.local_read_path(name))
+            if local_path is None:
+                stack.enter_context(_cyclic_gc_paused())
+            source = local_path or stack.enter_context(directory.open_read(name))
+            file = stack.enter_context(h5py.File(source, "r"))
+        except FileNotFoundError as error:
+            raise BadInputError(f"{url}: file not found{missing_hint}") from error
+        except OSError as error:  # h5py's way of saying "truncated" or "not HDF5 at all"
+            raise FormatError(url, f"not a readable HDF5 file ({error})") from error
+        yield file
+
+
+@contextlib.contextmanager
+def writing_hdf5(directory: Directory, name: str) -> Iterator[h5py.File]:
+    """Create `name` with its format version; it becomes visible only if the block succeeds."""
+    with directory.writing(name) as temp_path, h5py.File(temp_path, "w") as file:
+        file.attrs[FORMAT_VERSION_ATTR] = FORMAT_VERSION
+        yield file
+
+
+def check_format_version(file: h5py.File, url: str) -> None:
+    """Refuse files of another format version: their datasets may mean something else."""
+    if FORMAT_VERSION_ATTR not in file.attrs:
+        raise FormatError(url, f"root attribute '{FORMAT_VERSION_ATTR}' is missing "
+                               f"(expected {FORMAT_VERSION})")
+    version = file.attrs[FORMAT_VERSION_ATTR]
+    if isinstance(version, np.generic):  # show 2, not np.int64(2)
+        version = version.item()
+    if not _is_integer(version) or int(version) != FORMAT_VERSION:
+        raise FormatError(url, f"{FORMAT_VERSION_ATTR} is {version!r}, expected {FORMAT_VERSION}")
+
+
+def _is_integer(value: object) -> bool:
+    try:
+        return int(value) == value  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return False

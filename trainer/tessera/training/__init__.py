@@ -1,0 +1,1 @@
+"""The training loop: schedule, batching, optimizers, Hogwild workers, coordinator."""

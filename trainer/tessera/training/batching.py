@@ -1,0 +1,76 @@
+"""From the edges of one bucket chunk to the batches each Hogwild worker trains on.
+
+The chunk's edges lose a held-out subset (fixed across epochs) for evaluation, the rest are
+shuffled and cut into one contiguous part per worker, and each worker cuts its part into
+batches: contiguous ones with dynamic relations, otherwise single-relation batches whose
+relation type is drawn in proportion to the edges of that type still left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from tessera.edgelist import EdgeList
+from tessera.training.schedule import chunk_range
+from tessera.training.seeding import stable_seed
+
+
+def split_holdout(edges: EdgeList, eval_fraction: float,
+                  seed_key: Sequence[int]) -> tuple[EdgeList, EdgeList]:
+    """(train, eval) edges, eval being int(len * eval_fraction) of them.
+
+    The subset is drawn from a seed that depends only on `seed_key` (the identity of the
+    bucket chunk), so every epoch holds out the same edges and never trains on them. Both
+    parts keep the stored order of the edges.
+    """
+    num_eval = int(len(edges) * eval_fraction)
+    generator = torch.Generator().manual_seed(stable_seed(seed_key))
+    held_out = torch.zeros(len(edges), dtype=torch.bool)
+    held_out[torch.randperm(len(edges), generator=generator)[:num_eval]] = True
+    return edges[(~held_out).nonzero().squeeze(1)], edges[held_out.nonzero().squeeze(1)]
+
+
+def shuffle_edges(edges: EdgeList, generator: torch.Generator) -> EdgeList:
+    """The same edges in a uniformly random order."""
+    return edges[torch.randperm(len(edges), generator=generator)]
+
+
+def split_among_workers(edges: EdgeList, num_workers: int) -> list[EdgeList]:
+    """`num_workers` contiguous parts whose sizes differ by at most one."""
+    parts = []
+    for worker_idx in range(num_workers):
+        start, stop = chunk_range(len(edges), worker_idx, num_workers)
+        parts.append(edges[start:stop])
+    return parts
+
+
+def iter_batches(edges: EdgeList, batch_size: int, dynamic_relations: bool,
+                 generator: torch.Generator) -> Iterator[EdgeList]:
+    """The batches one worker trains on, covering each of its edges exactly once."""
+    if dynamic_relations:
+        # The model handles mixed relation types, so batches are plain contiguous slices.
+        for start in range(0, len(edges), batch_size):
+            yield edges[start:start + batch_size]
+        return
+    yield from _single_relation_batches(edges, batch_size, generator)
+
+
+def _single_relation_batches(edges: EdgeList, batch_size: int,
+                             generator: torch.Generator) -> Iterator[EdgeList]:
+    """Batches of one relation type each; the type of the next batch is drawn with
+    probability proportional to its edges still left, and the batch takes the first of them.
+    """
+    # One stable sort groups each type's edges together without changing their order, so
+    # "the first edges of a type still left" is a cursor moving through its group.
+    grouped = edges[torch.argsort(edges.rel, stable=True)]
+    _, counts = torch.unique_consecutive(grouped.rel, return_counts=True)
+    left = counts.double()
+    cursors = (torch.cumsum(counts, 0) - counts).tolist()
+    while bool(left.any()):
+        group = int(torch.multinomial(left, 1, generator=generator))
+        size = min(batch_size, int(left[group]))
+        yield grouped[cursors[group]:cursors[group] + size]
+        cursors[group] += size
+        left[group] -= size

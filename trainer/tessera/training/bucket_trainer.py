@@ -1,0 +1,112 @@
+"""Training one chunk of one bucket: load its edges, hold some out, share the rest among workers.
+
+The held-out edges are ranked before and after the bucket is trained, so the training stats
+show what each bucket taught the model (PBG's eval_stats_before / eval_stats_after).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..config import ConfigSchema
+from ..edgelist import EdgeList
+from ..evaluation.sampled import rank_against_sampled
+from .batching import shuffle_edges, split_among_workers, split_holdout
+from .bucket import Bucket
+from .graph_data import GraphData
+from .hogwild import HogwildPool
+from .partitions import Partition, PartitionKey
+from .schedule import TrainingStep
+from .seeding import stable_seed
+from .worker import BatchSettings, ModelState, WorkerTask, train_part
+
+
+@dataclass(frozen=True)
+class BucketOutcome:
+    """What training one bucket chunk produced, as written to training_stats.json."""
+
+    step: TrainingStep
+    count: int
+    loss: float  # mean per edge
+    regularization: float
+    seconds: float
+    eval_before: dict[str, float] | None
+    eval_after: dict[str, float] | None
+
+    def record(self) -> dict[str, Any]:
+        return {"epoch_idx": self.step.epoch_idx, "edge_path_idx": self.step.edge_path_idx,
+                "edge_chunk_idx": self.step.edge_chunk_idx,
+                "lhs_partition": self.step.bucket.lhs, "rhs_partition": self.step.bucket.rhs,
+                "stats": {"count": self.count, "metrics": {"loss": self.loss,
+                                                           "reg": self.regularization}},
+                "eval_stats_before": self.eval_before, "eval_stats_after": self.eval_after,
+                "seconds": self.seconds}
+
+
+def partition_keys(data: GraphData, bucket: Bucket) -> tuple[list[PartitionKey],
+                                                             list[PartitionKey]]:
+    """For each relation type, the partitions of its left and right sides in `bucket`."""
+    def key(entity: str, part: int) -> PartitionKey:
+        return (entity, part if data.config.entities[entity].num_partitions > 1 else 0)
+    return ([key(t, bucket.lhs) for t in data.relation_types("lhs")],
+            [key(t, bucket.rhs) for t in data.relation_types("rhs")])
+
+
+class BucketTrainer:
+    """Trains bucket chunks with a pool of Hogwild workers (or inline with one worker)."""
+
+    def __init__(self, config: ConfigSchema, data: GraphData, state: ModelState,
+                 pool: HogwildPool | None, num_workers: int, num_chunks: int) -> None:
+        self.config = config
+        self.data = data
+        self.state = state
+        self.pool = pool
+        self.num_workers = num_workers
+        self.num_chunks = num_chunks
+        self.settings = BatchSettings(
+            batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
+            num_uniform_negs=config.num_uniform_negs,
+            dynamic_relations=config.dynamic_relations, lr=config.lr)
+
+    def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
+              delay_seconds: float = 0.0) -> BucketOutcome:
+        bucket = step.bucket
+        edges = self.data.read_chunk(step.edge_path_idx, bucket, step.edge_chunk_idx,
+                                     self.num_chunks)
+        identity = (step.edge_path_idx, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
+        train_edges, eval_edges = split_holdout(edges, self.config.eval_fraction, identity)
+        lhs_keys, rhs_keys = partition_keys(self.data, bucket)
+        before = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
+        seed = stable_seed((step.epoch_idx, *identity))
+        shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(seed))
+        tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
+                            rhs_keys=rhs_keys, settings=self.settings, seed=seed + rank,
+                            delay_seconds=delay_seconds if rank > 0 else 0.0)
+                 for rank, part in enumerate(split_among_workers(shuffled, self.num_workers))]
+        if self.pool is None:
+            results = [train_part(self.state, task) for task in tasks]
+        else:
+            results = self.pool.run(tasks)
+        after = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
+        count = sum(r.count for r in results)
+        return BucketOutcome(
+            step=step, count=count, loss=sum(r.loss for r in results) / max(count, 1),
+            regularization=sum(r.regularization for r in results) / max(count, 1),
+            seconds=max((r.seconds for r in results), default=0.0),
+            eval_before=before, eval_after=after)
+
+    def _evaluate(self, edges: EdgeList, partitions: dict[PartitionKey, Partition],
+                  lhs_keys: list[PartitionKey], rhs_keys: list[PartitionKey]
+                  ) -> dict[str, float] | None:
+        if len(edges) == 0:
+            return None
+        metrics = rank_against_sampled(
+            self.state.model, edges,
+            lambda r: (partitions[lhs_keys[r]].embeddings, partitions[rhs_keys[r]].embeddings),
+            batch_size=self.config.batch_size, num_batch_negs=self.config.eval_num_batch_negs,
+            num_uniform_negs=self.config.eval_num_uniform_negs,
+            dynamic_relations=self.config.dynamic_relations)
+        return metrics.summary()

@@ -1,0 +1,102 @@
+"""Where a run's data lives and what it holds: entity counts, relation count, edge buckets.
+
+This module turns bucket files into validated `EdgeList`s. Validation is per relation type,
+because one bucket file mixes relations whose sides may be different entity types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+from ..config import ConfigSchema
+from ..edgelist import EdgeList, EntityList
+from ..errors import ConfigError, FormatError
+from ..storage.edges import bucket_file, read_bucket, read_bucket_size
+from ..storage.entities import read_dynamic_relation_count, read_entity_counts
+from ..storage.fs import Directory
+from .bucket import Bucket, all_buckets
+from .schedule import chunk_range, partition_grid
+
+
+@dataclass
+class GraphData:
+    """The entity counts and edge directories of one config."""
+
+    config: ConfigSchema
+
+    @cached_property
+    def entity_dir(self) -> Directory:
+        return Directory(self.config.entity_path, self.config.storage_options)
+
+    @cached_property
+    def edge_dirs(self) -> list[Directory]:
+        return [Directory(path, self.config.storage_options) for path in self.config.edge_paths]
+
+    @cached_property
+    def entity_counts(self) -> dict[str, list[int]]:
+        return read_entity_counts(self.entity_dir, self.config)
+
+    @cached_property
+    def num_relations(self) -> int:
+        """Relation types: the config's, or with dynamic relations the imported count."""
+        if self.config.dynamic_relations:
+            return read_dynamic_relation_count(self.entity_dir)
+        return len(self.config.relations)
+
+    def relation_types(self, side: str) -> list[str]:
+        """The entity type on `side` of each relation type (dynamic ones share relation 0's)."""
+        relations = self.config.relations
+        if self.config.dynamic_relations:
+            return [getattr(relations[0], side)] * self.num_relations
+        return [getattr(relation, side) for relation in relations]
+
+    def bucket_grid(self) -> list[Bucket]:
+        return all_buckets(*partition_grid(self.config))
+
+    def max_bucket_size(self) -> int:
+        return max((read_bucket_size(directory, b.lhs, b.rhs)
+                    for directory in self.edge_dirs for b in self.bucket_grid()), default=0)
+
+    def read_edges(self, edge_path_idx: int, bucket: Bucket, start: int = 0,
+                   stop: int | None = None) -> EdgeList:
+        """Edges [start, stop) of a bucket, checked against the entity counts."""
+        directory = self.edge_dirs[edge_path_idx]
+        edges = read_bucket(directory, bucket.lhs, bucket.rhs, start, stop,
+                            num_relations=self.num_relations)
+        self._check_ranges(directory.url_of(bucket_file(bucket.lhs, bucket.rhs)), bucket,
+                           edges.rel, edges.lhs, edges.rhs)
+        return EdgeList(rel=torch.from_numpy(edges.rel),
+                        lhs=EntityList.from_ids(torch.from_numpy(edges.lhs)),
+                        rhs=EntityList.from_ids(torch.from_numpy(edges.rhs)))
+
+    def read_chunk(self, edge_path_idx: int, bucket: Bucket, chunk_idx: int,
+                   num_chunks: int) -> EdgeList:
+        """One of the `num_chunks` contiguous chunks of a bucket (seed 003's edge chunks)."""
+        size = read_bucket_size(self.edge_dirs[edge_path_idx], bucket.lhs, bucket.rhs)
+        return self.read_edges(edge_path_idx, bucket, *chunk_range(size, chunk_idx, num_chunks))
+
+    def partition_size(self, entity: str, part: int) -> int:
+        counts = self.entity_counts[entity]
+        return counts[0] if len(counts) == 1 else counts[part]
+
+    def _check_ranges(self, file: str, bucket: Bucket, rel: np.ndarray, lhs: np.ndarray,
+                      rhs: np.ndarray) -> None:
+        for side, ids, part in (("lhs", lhs, bucket.lhs), ("rhs", rhs, bucket.rhs)):
+            limits = np.array([self.partition_size(t, part) for t in self.relation_types(side)])
+            bad = np.flatnonzero((ids < 0) | (ids >= limits[rel]))
+            if len(bad):
+                row = int(bad[0])
+                entity = self.relation_types(side)[rel[row]]
+                raise FormatError(file, f"{side} id {ids[row]} at row {row} (relation "
+                                  f"{rel[row]}) is out of range for entity type '{entity}' "
+                                  f"partition {part}, which has {limits[rel[row]]} entities; "
+                                  "re-import the data or fix entity_path")
+
+
+def check_edge_paths(config: ConfigSchema) -> None:
+    if not config.edge_paths:
+        raise ConfigError("edge_paths", "no edge sets to train on; give at least one edge path")

@@ -1,0 +1,97 @@
+"""Hogwild workers: processes that train on disjoint edges against shared-memory tables.
+
+Workers are started once per run (spawned, so they never inherit a half-held lock from the
+parent) and receive one task per bucket. Tasks carry shared-memory tensors, so handing a
+worker a partition costs a file descriptor, not a copy. Workers update the tables without
+locks, as Hogwild! prescribes: collisions are rare and harmless for sparse updates.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from ..errors import TransientError
+
+# How often the parent checks that workers are still alive while waiting for results.
+LIVENESS_POLL_SECONDS = 1.0
+
+
+def threads_per_worker(num_workers: int) -> int:
+    """Intra-op threads for each worker, so that workers together do not oversubscribe cores."""
+    return max(1, (os.cpu_count() or 1) // num_workers)
+
+
+class HogwildPool:
+    """Runs `function(shared, task)` in N processes at once; `shared` is sent once at start."""
+
+    def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> None:
+        context = mp.get_context("spawn")
+        self.results: Any = context.Queue()
+        self.task_queues = [context.SimpleQueue() for _ in range(num_workers)]
+        self.processes = [
+            context.Process(target=_worker_main, name=f"tessera-worker-{rank}", daemon=True,
+                            args=(rank, threads_per_worker(num_workers), function, shared,
+                                  task_queue, self.results))
+            for rank, task_queue in enumerate(self.task_queues)]
+        for process in self.processes:
+            process.start()
+
+    def __enter__(self) -> HogwildPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, tasks: Sequence[Any]) -> list[Any]:
+        """Run one task per worker (at most as many tasks as workers) and return the results
+        in task order; a worker's exception is raised here, a dead worker is a TransientError."""
+        assert len(tasks) <= len(self.processes)
+        for task_queue, task in zip(self.task_queues, tasks):
+            task_queue.put(task)
+        results: dict[int, Any] = {}
+        while len(results) < len(tasks):
+            try:
+                rank, ok, value = self.results.get(timeout=LIVENESS_POLL_SECONDS)
+            except queue.Empty:
+                self._check_alive()
+                continue
+            if not ok:
+                raise RuntimeError(f"Hogwild worker {rank} failed:\n{value}")
+            results[rank] = value
+        return [results[rank] for rank in range(len(tasks))]
+
+    def _check_alive(self) -> None:
+        for rank, process in enumerate(self.processes):
+            if not process.is_alive():
+                raise TransientError(f"Hogwild worker {rank} died (exit code {process.exitcode}); "
+                                     "the run can resume from the last checkpoint")
+
+    def close(self) -> None:
+        for task_queue, process in zip(self.task_queues, self.processes):
+            if process.is_alive():
+                task_queue.put(None)
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def _worker_main(rank: int, num_threads: int, function: Callable[[Any, Any], Any], shared: Any,
+                 tasks: Any, results: Any) -> None:
+    torch.set_num_threads(num_threads)
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        try:
+            results.put((rank, True, function(shared, task)))
+        except Exception:  # noqa: BLE001 - reported to the parent, which raises it
+            results.put((rank, False, traceback.format_exc()))

@@ -1,0 +1,149 @@
+"""Optimizers: row-wise Adagrad for embedding tables, plain Adagrad for the model parameters.
+
+Embedding tables get one Adagrad accumulator per row instead of per coordinate (PyTorch-
+BigGraph's RowAdagrad): a quarter of the memory of the table itself would otherwise be spent
+on optimizer state, and only the rows a batch touched are read and written. Both optimizers
+are Hogwild-friendly: their state can live in shared memory and is updated without locks.
+
+State dicts follow torch's Optimizer layout, which is what PBG stores (pickled) as the
+`optimizer/state_dict` dataset of its checkpoint files and loads into its own optimizers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import ConfigSchema
+from ..errors import BadInputError
+
+EPSILON = 1e-10
+
+
+def coalesce_rows(rows: torch.Tensor,
+                  grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distinct rows with the sum of their gradients: the Adagrad update is not linear, so a
+    row named twice must be updated once with its total gradient."""
+    unique_rows, inverse = torch.unique(rows, return_inverse=True)
+    summed = grads.new_zeros((len(unique_rows), grads.shape[1]))
+    summed.index_add_(0, inverse, grads)
+    return unique_rows, summed
+
+
+class RowAdagrad:
+    """Adagrad over the rows of one embedding table, with one float32 accumulator per row."""
+
+    def __init__(self, table: torch.Tensor, lr: float,
+                 row_sum: torch.Tensor | None = None) -> None:
+        if table.dim() != 2:
+            raise ValueError(f"RowAdagrad needs a 2-D table, got shape {tuple(table.shape)}")
+        if row_sum is None:
+            row_sum = torch.zeros(len(table), dtype=torch.float32)
+        if row_sum.shape != (len(table),):
+            raise ValueError(f"accumulator of shape {tuple(row_sum.shape)} for a table of "
+                             f"{len(table)} rows")
+        self.table = table
+        self.lr = lr
+        self.row_sum = row_sum
+
+    def step(self, rows: torch.Tensor, grads: torch.Tensor, *,
+             rows_are_unique: bool = False) -> None:
+        """Update `table[rows]` given their gradients [len(rows), dim]."""
+        if not rows_are_unique:
+            rows, grads = coalesce_rows(rows, grads)
+        # The mean square of each row, without materialising the squares.
+        delta = torch.einsum("ij,ij->i", grads, grads).div_(grads.shape[1])
+        # Another worker may add to the shared accumulator at the same time; reading it
+        # before adding our own delta guarantees the step never divides by less than our
+        # own squared gradient.
+        local_sum = self.row_sum.index_select(0, rows) + delta
+        self.row_sum.index_add_(0, rows, delta)
+        std = local_sum.sqrt_().add_(EPSILON).unsqueeze(1)
+        self.table.index_add_(0, rows, grads / std, alpha=-self.lr)
+
+    def share_memory_(self) -> RowAdagrad:
+        self.row_sum.share_memory_()
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        """PBG's RowAdagrad state: one parameter, whose state is the per-row sum."""
+        return {"state": {0: {"sum": self.row_sum}},
+                "param_groups": [{"lr": self.lr, "lr_decay": 0, "weight_decay": 0,
+                                  "params": [0]}]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load accumulators saved by `state_dict` (Tessera's or PBG's), in place."""
+        try:
+            row_sum = state_dict["state"][0]["sum"]
+        except (KeyError, TypeError) as error:
+            raise BadInputError(f"row optimizer state has no accumulator ({error!r}); expected "
+                                "{'state': {0: {'sum': tensor}}, ...}") from error
+        if not isinstance(row_sum, torch.Tensor) or row_sum.shape != self.row_sum.shape:
+            shape = tuple(row_sum.shape) if isinstance(row_sum, torch.Tensor) else type(row_sum)
+            raise BadInputError(f"row optimizer state has accumulators of shape {shape}, but "
+                                f"the table has {len(self.row_sum)} rows")
+        self.row_sum.copy_(row_sum)
+
+
+class DenseAdagrad:
+    """Adagrad for the model parameters (operators, global embeddings), Hogwild-shareable.
+
+    Same update and state-dict layout as torch.optim.Adagrad (which PBG uses and whose
+    checkpoints it reads), but constructing it does not import torch's compiler stack, which
+    costs seconds in every Hogwild worker process.
+    """
+
+    def __init__(self, params: list[nn.Parameter], lr: float) -> None:
+        self.params = params
+        self.lr = lr
+        self.sums = [torch.zeros_like(p, memory_format=torch.contiguous_format) for p in params]
+        self.steps = [torch.zeros((), dtype=torch.float32) for _ in params]
+
+    def zero_grad(self) -> None:
+        for param in self.params:
+            param.grad = None
+
+    def step(self) -> None:
+        for param, row_sum, steps in zip(self.params, self.sums, self.steps):
+            if param.grad is None:
+                continue
+            grad = param.grad
+            steps.add_(1)
+            row_sum.addcmul_(grad, grad)
+            param.data.addcdiv_(grad, row_sum.sqrt().add_(EPSILON), value=-self.lr)
+
+    def share_memory(self) -> DenseAdagrad:
+        for tensor in (*self.sums, *self.steps):
+            tensor.share_memory_()
+        return self
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"state": {i: {"step": steps, "sum": row_sum}
+                          for i, (row_sum, steps) in enumerate(zip(self.sums, self.steps))},
+                "param_groups": [{"lr": self.lr, "lr_decay": 0, "weight_decay": 0,
+                                  "initial_accumulator_value": 0, "eps": EPSILON,
+                                  "foreach": None, "maximize": False, "differentiable": False,
+                                  "fused": None, "params": list(range(len(self.params)))}]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load accumulators saved by `state_dict` (Tessera's, or torch's Adagrad in PBG's)."""
+        state = state_dict.get("state", {})
+        for i, (row_sum, steps) in enumerate(zip(self.sums, self.steps)):
+            saved = state.get(i, {})
+            saved_sum = saved.get("sum")
+            if not isinstance(saved_sum, torch.Tensor) or saved_sum.shape != row_sum.shape:
+                raise BadInputError(f"model optimizer state for parameter {i} does not match "
+                                    f"its shape {tuple(row_sum.shape)}")
+            row_sum.copy_(saved_sum)
+            steps.fill_(float(saved.get("step", 0)))
+
+
+def make_model_optimizer(model: nn.Module, config: ConfigSchema) -> DenseAdagrad | None:
+    """Adagrad over the operators and global embeddings at `relation_lr` (default `lr`);
+    None when the model has no parameters (no global embeddings, `none` operators)."""
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    if not parameters:
+        return None
+    return DenseAdagrad(parameters, lr=config.effective_relation_lr())

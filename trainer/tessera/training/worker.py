@@ -1,0 +1,89 @@
+"""What one Hogwild worker does with its share of a bucket: batches, loss, sparse updates.
+
+`train_part` runs in a worker process (or inline with one worker). It only reads and writes
+shared tensors handed to it, so any number of workers can run it at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..edgelist import EdgeList
+from ..model import EmbeddingModel
+from .batching import iter_batches
+from .optimizers import DenseAdagrad, RowAdagrad
+from .partitions import Partition, PartitionKey
+
+
+@dataclass
+class ModelState:
+    """What every worker shares for the whole run: the model and its optimizer."""
+
+    model: EmbeddingModel
+    optimizer: DenseAdagrad | None
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    batch_size: int
+    num_batch_negs: int
+    num_uniform_negs: int
+    dynamic_relations: bool
+    lr: float
+
+
+@dataclass(frozen=True)
+class WorkerTask:
+    """One worker's share of a bucket and the partitions each relation's sides use."""
+
+    edges: EdgeList
+    partitions: dict[PartitionKey, Partition]
+    lhs_keys: list[PartitionKey]  # per relation type
+    rhs_keys: list[PartitionKey]
+    settings: BatchSettings
+    seed: int
+    delay_seconds: float = 0.0  # Hogwild delay, so that workers do not all start at once
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    loss: float  # summed over edges
+    regularization: float
+    count: int
+    seconds: float
+
+
+def train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
+    """Train on `task.edges` in batches, updating the shared tables and model in place."""
+    if task.delay_seconds:
+        time.sleep(task.delay_seconds)
+    started = time.monotonic()
+    generator = torch.Generator().manual_seed(task.seed)
+    settings = task.settings
+    optimizers = {key: RowAdagrad(p.embeddings, settings.lr, p.adagrad_sum)
+                  for key, p in task.partitions.items()}
+    by_table = {id(p.embeddings): optimizers[key] for key, p in task.partitions.items()}
+    loss_sum = regularization = 0.0
+    for batch in iter_batches(task.edges, settings.batch_size, settings.dynamic_relations,
+                              generator):
+        relation = 0 if settings.dynamic_relations else int(batch.rel[0])
+        lhs = task.partitions[task.lhs_keys[relation]].embeddings
+        rhs = task.partitions[task.rhs_keys[relation]].embeddings
+        result = state.model(batch, lhs, rhs, num_batch_negs=settings.num_batch_negs,
+                             num_uniform_negs=settings.num_uniform_negs, generator=generator)
+        if state.optimizer is not None:
+            state.optimizer.zero_grad()
+        result.loss.backward()
+        for touched in result.touched:
+            assert touched.embeddings.grad is not None
+            by_table[id(touched.table)].step(touched.rows, touched.embeddings.grad,
+                                             rows_are_unique=True)
+        if state.optimizer is not None:
+            state.optimizer.step()
+        loss_sum += float(result.loss.detach())
+        regularization += result.regularization
+    return WorkerStats(loss=loss_sum, regularization=regularization, count=len(task.edges),
+                       seconds=time.monotonic() - started)
