@@ -378,3 +378,13 @@ def test_remote_embeddings_are_streamed_in_slices_not_held_twice(s3_directory, m
         tracemalloc.stop()
     np.testing.assert_array_equal(out, embeddings)
     assert peak < embeddings.nbytes / 2
+
+
+def test_an_empty_partition_and_a_model_without_parameters_round_trip(local_dir):
+    store = CheckpointStore(local_dir)
+    store.write_embeddings(1, "user", 0, np.zeros((0, 4), dtype=np.float32), b"")
+    store.write_model(1, {})
+    store.commit(1, {"entities": {"user": {"num_partitions": 1}}})
+    embeddings, state = store.read_embeddings("user", 0, num_entities=0, dimension=4)
+    assert embeddings.shape == (0, 4) and state == b""
+    assert store.read_model() == ({}, None)

@@ -88,7 +88,7 @@ class NameDictionary:
             except OverflowError as error:
                 raise BadInputError(f"too many distinct names ({error})") from error
             ids[missing] = new_ids
-            self._store(block, missing[representatives], kinds)
+            self._store(names, missing[representatives], kinds)
         self._check_equal(block, ids, kinds)
         counts = np.bincount(ids, weights=weights, minlength=len(self))
         self._counts.values[:] += counts.astype(np.int64, copy=False)
@@ -123,20 +123,17 @@ class NameDictionary:
         keys[keys == 0] = 1  # 0 marks an empty slot; the byte comparison guards the merge
         return keys
 
-    def _store(self, block: NameBytes, rows: np.ndarray, kinds: np.ndarray | int) -> None:
-        """Append the names at `rows` of `block` (whose kinds are `kinds`) as the next ids."""
-        lengths = block.lengths[rows]
-        ends = np.cumsum(lengths)
-        self._starts.extend(self._bytes.size + ends - lengths)
-        self._lengths.extend(lengths)
-        self._first_words.extend(block.first_words[rows])
+    def _store(self, names: pa.Array, rows: np.ndarray, kinds: np.ndarray | int) -> None:
+        """Append the names at `rows` (whose kinds are `kinds`) as the next ids."""
+        chosen = NameBytes.from_arrow(names.take(pa.array(rows)))
+        self._starts.extend(self._bytes.size + chosen.starts)
+        self._bytes.extend(chosen.data[:len(chosen.data) - WORD_BYTES])
+        self._lengths.extend(chosen.lengths)
+        self._first_words.extend(chosen.first_words)
         new_kinds = np.broadcast_to(_at(kinds, rows), len(rows))
         self._kinds.extend(new_kinds)
         self._kinds_present.update(np.unique(new_kinds).tolist())
         self._counts.extend(np.zeros(len(rows), dtype=np.int64))
-        if len(rows):  # gather the names' bytes with one index array
-            within = np.arange(int(ends[-1])) - np.repeat(ends - lengths, lengths)
-            self._bytes.extend(block.data[np.repeat(block.starts[rows], lengths) + within])
 
     def _stored(self) -> NameBytes:
         return NameBytes(self._bytes.padded, self._starts.values, self._lengths.values,

@@ -25,5 +25,7 @@ class ImportOptions:
     seed: int = 0
     entity_min_count: int = 1  # entities seen fewer times are dropped, with their edges
     relation_type_min_count: int = 1  # with dynamic relations, rarer relation types likewise
-    block_edges: int = 1 << 20  # edges read and processed at a time: bounds the memory used
+    # Edges read and processed at a time: memory grows with it. 2^19 imports as fast as 2^20
+    # and needs far less memory (10M edges, 1M nodes: ~410 MB peak instead of ~670 MB).
+    block_edges: int = 1 << 19
     work_dir: str | None = None  # local directory for the temporary edge ids (default: TMPDIR)

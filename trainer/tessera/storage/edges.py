@@ -136,27 +136,34 @@ class BucketWriter:
         if self._file is None:
             raise RuntimeError(f"{self.name}: append() outside the writer's `with` block")
         rel, lhs, rhs = (np.asarray(array, dtype=np.int64) for array in (rel, lhs, rhs))
-        if not len(rel) == len(lhs) == len(rhs) or rel.ndim != 1:
+        if not rel.ndim == lhs.ndim == rhs.ndim == 1 or not len(rel) == len(lhs) == len(rhs):
             raise ValueError(f"{self.name}: rel, lhs and rhs must be 1-D arrays of one length, "
                              f"got shapes {rel.shape}, {lhs.shape}, {rhs.shape}")
-        for side, features in (("lhs", lhs_features), ("rhs", rhs_features)):
-            self._check_featurized_consistently(side, features is not None)
-            if features is not None:
-                self._append_features(side, features, len(rel))
+        features = {side: self._checked_features(side, given, len(rel))
+                    for side, given in (("lhs", lhs_features), ("rhs", rhs_features))}
+        for side, checked in features.items():
+            if checked is not None:
+                self._append_features(side, *checked)
         self._datasets["rel"].append(rel)
         self._datasets["lhs"].append(lhs)
         self._datasets["rhs"].append(rhs)
 
-    def _check_featurized_consistently(self, side: str, featurized: bool) -> None:
-        if self._featurized.setdefault(side, featurized) != featurized:
+    def _checked_features(self, side: str, features: Features | None,
+                          num_edges: int) -> Features | None:
+        """Check one side's features before anything is appended, so appends are all or none."""
+        if self._featurized.setdefault(side, features is not None) != (features is not None):
             raise ValueError(f"{self.name}: the {side} side must be featurized in every append "
                              "or in none")
-
-    def _append_features(self, side: str, features: Features, num_edges: int) -> None:
+        if features is None:
+            return None
         offsets, data = (np.asarray(array, dtype=np.int64) for array in features)
-        if len(offsets) != num_edges + 1 or offsets[0] != 0 or offsets[-1] != len(data):
-            raise ValueError(f"{self.name}: {side} feature offsets must have {num_edges + 1} "
-                             f"rows, start at 0 and end at len(data) = {len(data)}")
+        if len(offsets) != num_edges + 1 or offsets[0] != 0 or offsets[-1] != len(data) \
+                or np.any(np.diff(offsets) < 0):
+            raise ValueError(f"{self.name}: {side} feature offsets must be {num_edges + 1} "
+                             f"increasing rows from 0 to len(data) = {len(data)}")
+        return offsets, data
+
+    def _append_features(self, side: str, offsets: np.ndarray, data: np.ndarray) -> None:
         if f"{side}d_offsets" not in self._datasets:
             assert self._file is not None
             for suffix in ("offsets", "data"):

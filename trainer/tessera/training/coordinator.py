@@ -48,6 +48,7 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     """Train (or resume training) as the config says; returns what was done."""
     check_supported(config)
     data = GraphData(config)
+    data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     store.remove_uncommitted()
     version = store.current_version()

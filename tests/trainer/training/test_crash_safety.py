@@ -1,0 +1,105 @@
+"""SIGKILL `tessera train` at random moments: the checkpoint stays readable and a restart finishes.
+
+The embedding tables are made large relative to the edges, so that writing a checkpoint takes
+a good share of the run and several kills land in the middle of one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+from support.planted import write_planted_graph
+
+from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.fs import Directory
+
+NUM_ENTITIES = 60_000
+DIMENSION = 64
+NUM_PARTITIONS = 2
+NUM_EPOCHS = 3
+NUM_CHUNKS = 4
+
+
+def check_committed_checkpoint_is_readable(checkpoints: Path) -> int:
+    """Open every file of the committed version with h5py; return the version (0: none)."""
+    store = CheckpointStore(Directory(str(checkpoints)))
+    version = store.current_version()
+    if version == 0:
+        return 0
+    config = json.loads((checkpoints / "config.json").read_text())
+    assert config["dimension"] == DIMENSION
+    for part in range(NUM_PARTITIONS):
+        with h5py.File(checkpoints / f"embeddings_node_{part}.v{version}.h5", "r") as file:
+            assert file["embeddings"].shape == (NUM_ENTITIES // NUM_PARTITIONS, DIMENSION)
+            assert file["embeddings"][-1].shape == (DIMENSION,)  # the last row is there
+    with h5py.File(checkpoints / f"model.v{version}.h5", "r") as file:
+        assert file["model/relations/0/operator/rhs/translation"].shape == (DIMENSION,)
+    return version
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str],
+             timeout: float = 120.0) -> bool:
+    """Poll until `condition` holds (True) or the process exits first (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process.poll() is not None:
+            return False
+        time.sleep(0.002)
+    raise AssertionError("the training run made no progress in time")
+
+
+def writing_a_file(checkpoints: Path) -> bool:
+    """True while a checkpoint file is being written (its temporary file exists)."""
+    return checkpoints.exists() and any(p.name.endswith(".tmp") for p in checkpoints.iterdir())
+
+
+def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path, NUM_PARTITIONS, num_entities=NUM_ENTITIES,
+                                num_communities=50, num_edges=40_000)
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(graph.config(
+        dimension=DIMENSION, num_epochs=NUM_EPOCHS, num_edge_chunks=NUM_CHUNKS)))
+    command = [sys.executable, "-m", "tessera", "train", str(config_path), "--quiet"]
+    checkpoints = Path(graph.config()["checkpoint_path"])
+    rng = random.Random(1234)
+    versions = [0]
+    kills_during_writes = 0
+    for attempt in range(6):
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        if attempt % 2 == 0:  # the moment a checkpoint file is being written
+            alive = wait_for(lambda: writing_a_file(checkpoints), process)
+        else:  # a random moment after the run has committed something new
+            last = versions[-1]
+            alive = wait_for(lambda: check_committed_checkpoint_is_readable(checkpoints) > last,
+                             process)
+            time.sleep(rng.uniform(0.0, 0.5))
+        if not alive or process.poll() is not None:
+            break
+        during_write = writing_a_file(checkpoints)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        kills_during_writes += during_write
+        versions.append(check_committed_checkpoint_is_readable(checkpoints))
+    assert kills_during_writes >= 2, "no kill landed while a checkpoint was being written"
+    assert versions == sorted(versions), f"a restart lost committed progress: {versions}"
+    assert versions[-1] > 0, f"no run got as far as a checkpoint: {versions}"
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert finished.returncode == 0, finished.stderr
+    final = check_committed_checkpoint_is_readable(checkpoints)
+    assert final == NUM_EPOCHS * NUM_CHUNKS  # one version per chunk position, none skipped
+    metadata = CheckpointStore(Directory(str(checkpoints))).read_metadata()
+    assert (metadata["iteration/epoch_idx"], metadata["iteration/edge_chunk_idx"]) == (
+        NUM_EPOCHS - 1, NUM_CHUNKS - 1)
+    leftovers = [p.name for p in checkpoints.iterdir()
+                 if p.name.endswith(".tmp") or (".v" in p.name and f".v{final}." not in p.name)]
+    assert leftovers == []

@@ -1,0 +1,179 @@
+"""Delimited text edge lists (TSV, CSV) cut into chunks of whole lines, each parsed by Arrow.
+
+Arrow's streaming CSV reader buffers dozens of blocks ahead, so its memory follows the block
+size times that depth; parsing one chunk of whole lines at a time keeps a chunk or two in
+memory and tells exactly how many bytes and lines have been consumed, which gives progress and
+the line number of any bad row. Lines have no header (unless skipped) and every line must have
+the same number of columns as the first; empty lines are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from ..errors import FormatError
+from .edge_blocks import Columns, EdgeBlock
+from .read_ahead import read_ahead
+
+# A chunk holds about `block_edges` lines, estimated from the first bytes of the file, within
+# these bounds (a line longer than a chunk makes that chunk grow until the line ends).
+MIN_CHUNK_BYTES = 64 * 2**10
+MAX_CHUNK_BYTES = 256 * 2**20
+SAMPLE_BYTES = 2**20
+
+
+@dataclass(frozen=True)
+class LineChunk:
+    """Whole lines of a text file, starting at line `first_line` (1-based)."""
+
+    data: bytes
+    first_line: int
+    end_offset: int  # bytes of the file consumed up to the end of this chunk
+
+    def location(self, row: int) -> str:
+        """The line of non-empty row `row` (0-based) of this chunk, as the parser counts rows."""
+        seen = -1
+        for number, line in enumerate(self.data.split(b"\n"), start=self.first_line):
+            if line.strip(b"\r"):
+                seen += 1
+                if seen == row:
+                    return f"line {number}"
+        return f"line {self.first_line}+"
+
+    def span(self) -> str:
+        last_line = self.first_line + self.data.count(b"\n")
+        return f"lines {self.first_line}-{last_line}"
+
+    def first_nonempty_line(self) -> bytes:
+        start = 0
+        while start < len(self.data):
+            end = self.data.find(b"\n", start)
+            end = len(self.data) if end < 0 else end
+            if self.data[start:end].strip(b"\r"):
+                return self.data[start:end]
+            start = end + 1
+        return b""
+
+
+class DelimitedText:
+    """Reads the chosen columns of one delimited text file."""
+
+    def __init__(self, url: str, delimiter: str, *, quoted: bool, columns: Columns) -> None:
+        self.url = url
+        self.columns = columns
+        self.parse_options = dict(delimiter=delimiter, quote_char='"' if quoted else False,
+                                  newlines_in_values=False, ignore_empty_lines=True)
+        self.column_names: list[str] = []  # f0, f1... as many as the first line has
+
+    def blocks(self, file: IO[bytes], size: int | None, block_edges: int,
+               skip_rows: int = 0) -> Iterator[EdgeBlock]:
+        """Blocks of at most `block_edges` rows; `size` (None: unknown) gives the progress."""
+        first_row = 0
+        parsed = ((chunk, self._parse(chunk))
+                  for chunk in line_chunks(file, block_edges, skip_rows))
+        for chunk, table in read_ahead(parsed):
+            chosen = {index: table.column(f"f{index}").combine_chunks()
+                      for index in self.columns.needed}
+            fraction = min(chunk.end_offset / size, 1.0) if size else None
+            for start in range(0, table.num_rows, block_edges):
+                piece = {index: column.slice(start, block_edges)
+                         for index, column in chosen.items()}
+                yield EdgeBlock.of_columns(
+                    piece, self.columns, first_row + start, fraction,
+                    lambda row, chunk=chunk, start=start: chunk.location(start + row))
+            first_row += table.num_rows
+
+    def _parse(self, chunk: LineChunk) -> pa.Table:
+        needed = [f"f{index}" for index in self.columns.needed]
+        if not self.column_names:
+            first_line = chunk.first_nonempty_line()
+            if not first_line:  # only empty lines so far
+                return pa.table({name: pa.array([], pa.large_string()) for name in needed})
+            self.column_names = self._first_line_columns(first_line, chunk)
+        invalid_rows: list[Any] = []
+
+        def on_invalid_row(row: Any) -> str:
+            invalid_rows.append(row)
+            return "error"
+
+        try:
+            # Serial parsing (the read-ahead thread overlaps it with other work) numbers rows.
+            return pa_csv.read_csv(
+                pa.BufferReader(chunk.data),
+                read_options=pa_csv.ReadOptions(column_names=self.column_names,
+                                                use_threads=False,
+                                                block_size=len(chunk.data) + 1),
+                parse_options=pa_csv.ParseOptions(**self.parse_options,
+                                                  invalid_row_handler=on_invalid_row),
+                convert_options=pa_csv.ConvertOptions(
+                    include_columns=needed, column_types=dict.fromkeys(needed,
+                                                                       pa.large_string())))
+        except pa.ArrowInvalid as error:
+            if invalid_rows:
+                raise self._bad_row_error(chunk, invalid_rows[0]) from None
+            raise FormatError(self.url, f"{chunk.span()}: cannot parse ({error})") from None
+
+    def _first_line_columns(self, first_line: bytes, chunk: LineChunk) -> list[str]:
+        table = pa_csv.read_csv(pa.BufferReader(first_line + b"\n"),
+                                read_options=pa_csv.ReadOptions(autogenerate_column_names=True),
+                                parse_options=pa_csv.ParseOptions(**self.parse_options))
+        self._check_enough_columns(table.num_columns, chunk.location(0))
+        return [f"f{index}" for index in range(table.num_columns)]
+
+    def _check_enough_columns(self, count: int, where: str) -> None:
+        if count <= max(self.columns.needed):
+            raise FormatError(self.url, f"{where}: found {count} columns, but column "
+                                        f"{max(self.columns.needed)} is needed "
+                                        f"({self.columns.roles()})")
+
+    def _bad_row_error(self, chunk: LineChunk, row: Any) -> FormatError:
+        where = chunk.location(row.number - 1)
+        self._check_enough_columns(row.actual_columns, where)
+        return FormatError(self.url, f"{where}: found {row.actual_columns} columns, but the "
+                                     f"first line has {row.expected_columns}; every line must "
+                                     "have the same number of columns")
+
+
+def line_chunks(file: IO[bytes], block_edges: int, skip_rows: int = 0) -> Iterator[LineChunk]:
+    """The file after `skip_rows` header lines, as chunks of about `block_edges` lines."""
+    pending = file.read(SAMPLE_BYTES)
+    consumed = len(pending)
+    line = 1
+    while line <= skip_rows:
+        end = pending.find(b"\n")
+        if end < 0:
+            more = file.read(SAMPLE_BYTES)
+            if not more:
+                return
+            consumed += len(more)
+            pending += more
+            continue
+        pending = pending[end + 1:]
+        line += 1
+    chunk_bytes = _chunk_bytes(pending, block_edges)
+    while True:
+        if len(pending) < chunk_bytes or b"\n" not in pending:
+            more = file.read(max(chunk_bytes - len(pending), SAMPLE_BYTES))
+            if more:
+                consumed += len(more)
+                pending += more
+                continue
+            if pending:  # the last line, without a newline
+                yield LineChunk(pending, line, consumed)
+            return
+        cut = pending.rfind(b"\n") + 1
+        chunk = LineChunk(pending[:cut], line, consumed - (len(pending) - cut))
+        line += chunk.data.count(b"\n")
+        pending = pending[cut:]
+        yield chunk
+
+
+def _chunk_bytes(sample: bytes, block_edges: int) -> int:
+    lines = sample.count(b"\n") or 1
+    estimate = block_edges * max(len(sample) // lines, 1)
+    return min(max(estimate, MIN_CHUNK_BYTES), MAX_CHUNK_BYTES)
