@@ -328,3 +328,17 @@ def test_inputs_and_outputs_on_s3(make_config, tmp_path, s3_dir):
                  QUIET)
     assert imported_edges(config) == as_multiset(rows)
     assert grid(config) == (3, 3)
+
+
+def test_the_temporary_edge_ids_are_removed_after_success_and_failure(make_config, tmp_path):
+    work_dir = tmp_path / "work"
+    work_dir.mkdir()
+    good = write_tsv(tmp_path / "good.tsv", social_graph(count=50))
+    import_edges(user_item_config(make_config), [good],
+                 ImportOptions(rel_col=1, rhs_col=2, work_dir=str(work_dir)), QUIET)
+    assert list(work_dir.iterdir()) == []
+    bad = write_tsv(tmp_path / "bad.tsv", [("user1", "hates", "user2")])
+    with pytest.raises(FormatError):
+        import_edges(user_item_config(make_config, str(tmp_path / "other")), [bad],
+                     ImportOptions(rel_col=1, rhs_col=2, work_dir=str(work_dir)), QUIET)
+    assert list(work_dir.iterdir()) == []

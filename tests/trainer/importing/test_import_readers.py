@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import threading
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from tessera.errors import BadInputError, FormatError
+from tessera.importing.read_ahead import read_ahead
 from tessera.importing.readers import Columns, detect_format, read_edge_blocks
 
 TWO_COLUMNS = Columns(0, 1)
@@ -128,3 +130,27 @@ def test_missing_files_and_unknown_formats_are_bad_input(tmp_path):
         detect_format("edges.tsv", "xlsx")
     assert detect_format("s3://bucket/edges.CSV", None) == "csv"
     assert detect_format("edges.dat", "parquet") == "parquet"
+
+
+def test_read_ahead_keeps_order_raises_errors_and_stops_with_its_consumer():
+    assert list(read_ahead(iter(range(50)))) == list(range(50))
+
+    def failing():
+        yield 1
+        raise ValueError("bad chunk")
+
+    with pytest.raises(ValueError, match="bad chunk"):
+        list(read_ahead(failing()))
+    produced = []
+
+    def endless():
+        while True:
+            produced.append(len(produced))
+            yield produced[-1]
+
+    threads_before = threading.active_count()
+    items = read_ahead(endless())
+    assert [next(items) for _ in range(3)] == [0, 1, 2]
+    items.close()  # the consumer stops: so does the producer, one item ahead at most
+    assert threading.active_count() == threads_before
+    assert len(produced) <= 5

@@ -120,3 +120,32 @@ def test_held_out_edges_are_ranked_before_and_after_each_bucket(tmp_path: Path) 
     for key in ("mrr", "hits@1", "hits@10", "hits@50", "mean_rank", "auc", "loss"):
         assert key in first["eval_stats_before"] and key in last["eval_stats_after"]
     assert last["eval_stats_after"]["mrr"] > first["eval_stats_before"]["mrr"]
+
+
+def test_every_kth_epoch_is_preserved_as_a_loadable_checkpoint(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path, 2, num_edges=1000)
+    train(parse_config(graph.config(num_epochs=4, checkpoint_preservation_interval=2)), QUIET)
+    checkpoints = graph.root / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir() if p.is_dir()) == ["epoch_2", "epoch_4"]
+    for epochs, directory in ((2, "epoch_2"), (4, "epoch_4")):
+        store = CheckpointStore(Directory(str(checkpoints / directory)))
+        assert store.read_metadata()["iteration/epoch_idx"] == epochs - 1
+        assert store.read_embeddings("node", 1)[0].shape == (200, 16)
+
+
+def test_init_path_starts_from_another_checkpoint(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path, 2)
+    evaluation = {"eval_fraction": 0.1, "eval_num_batch_negs": 50, "eval_num_uniform_negs": 50}
+    first = graph.config(num_epochs=6, checkpoint_path=str(tmp_path / "a"), **evaluation)
+    train(parse_config(first), QUIET)
+    fresh = graph.config(num_epochs=1, checkpoint_path=str(tmp_path / "b"), **evaluation)
+    train(parse_config(fresh), QUIET)
+    warm = {**fresh, "checkpoint_path": str(tmp_path / "c"), "init_path": str(tmp_path / "a")}
+    train(parse_config(warm), QUIET)
+
+    def first_mrr(path: str) -> float:
+        return CheckpointStore(Directory(path)).read_stats()[0]["eval_stats_before"]["mrr"]
+
+    trained = CheckpointStore(Directory(str(tmp_path / "a"))).read_stats()[-1]
+    assert first_mrr(warm["checkpoint_path"]) > 2 * first_mrr(fresh["checkpoint_path"])
+    assert first_mrr(warm["checkpoint_path"]) > 0.8 * trained["eval_stats_after"]["mrr"]

@@ -42,7 +42,7 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
             layout = lay_out(plan, tables)
             _write_entity_files(plan, tables, layout, publication)
             del tables  # the names are written; the buckets need the layout only
-            reporter.event("import: entities placed", **{
+            reporter.event("import: entities placed", entities={
                 entity_type: sum(layout.placements[entity_type].counts)
                 for entity_type in plan.entity_types})
             written = _write_all_buckets(plan, spill, layout, publication, reporter)

@@ -17,8 +17,9 @@ import pyarrow.compute as pc
 from ..errors import FormatError
 from ..progress import Task
 from .dictionary import NameDictionary
+from .edge_blocks import EdgeBlock
 from .plan import ImportPlan
-from .readers import EdgeBlock, read_edge_blocks
+from .readers import read_edge_blocks
 from .spill import EdgeIds, EdgeIdSpill
 
 

@@ -15,9 +15,10 @@ import numpy as np
 from ..config.schema import ConfigSchema
 from ..errors import BadInputError, ConfigError
 from ..storage.fs import Directory
+from .edge_blocks import Columns
 from .options import ImportOptions
 from .partitioning import PARTITIONINGS
-from .readers import Columns, detect_format
+from .readers import detect_format
 
 
 @dataclass(frozen=True)

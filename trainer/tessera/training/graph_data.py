@@ -67,11 +67,20 @@ class GraphData:
         directory = self.edge_dirs[edge_path_idx]
         edges = read_bucket(directory, bucket.lhs, bucket.rhs, start, stop,
                             num_relations=self.num_relations)
-        self._check_ranges(directory.url_of(bucket_file(bucket.lhs, bucket.rhs)), bucket,
-                           edges.rel, edges.lhs, edges.rhs)
-        return EdgeList(rel=torch.from_numpy(edges.rel),
-                        lhs=EntityList.from_ids(torch.from_numpy(edges.lhs)),
-                        rhs=EntityList.from_ids(torch.from_numpy(edges.rhs)))
+        file = directory.url_of(bucket_file(bucket.lhs, bucket.rhs))
+        sides = []
+        for side, part in (("lhs", bucket.lhs), ("rhs", bucket.rhs)):
+            ids, offsets, data = (getattr(edges, side), getattr(edges, f"{side}_offsets"),
+                                  getattr(edges, f"{side}_data"))
+            if offsets is None:
+                self._check_ranges(file, side, part, edges.rel, ids)
+                sides.append(EntityList.from_ids(torch.from_numpy(ids)))
+            else:  # featurized: every feature id must be a row of the feature table
+                owners = np.repeat(edges.rel, np.diff(offsets))
+                self._check_ranges(file, f"{side} feature", part, owners, data)
+                sides.append(EntityList.from_features(torch.from_numpy(offsets),
+                                                      torch.from_numpy(data)))
+        return EdgeList(rel=torch.from_numpy(edges.rel), lhs=sides[0], rhs=sides[1])
 
     def read_chunk(self, edge_path_idx: int, bucket: Bucket, chunk_idx: int,
                    num_chunks: int) -> EdgeList:
@@ -83,18 +92,18 @@ class GraphData:
         counts = self.entity_counts[entity]
         return counts[0] if len(counts) == 1 else counts[part]
 
-    def _check_ranges(self, file: str, bucket: Bucket, rel: np.ndarray, lhs: np.ndarray,
-                      rhs: np.ndarray) -> None:
-        for side, ids, part in (("lhs", lhs, bucket.lhs), ("rhs", rhs, bucket.rhs)):
-            limits = np.array([self.partition_size(t, part) for t in self.relation_types(side)])
-            bad = np.flatnonzero((ids < 0) | (ids >= limits[rel]))
-            if len(bad):
-                row = int(bad[0])
-                entity = self.relation_types(side)[rel[row]]
-                raise FormatError(file, f"{side} id {ids[row]} at row {row} (relation "
-                                  f"{rel[row]}) is out of range for entity type '{entity}' "
-                                  f"partition {part}, which has {limits[rel[row]]} entities; "
-                                  "re-import the data or fix entity_path")
+    def _check_ranges(self, file: str, what: str, part: int, rel: np.ndarray,
+                      ids: np.ndarray) -> None:
+        side = what.split()[0]
+        types = self.relation_types(side)
+        limits = np.array([self.partition_size(t, part) for t in types])
+        bad = np.flatnonzero((ids < 0) | (ids >= limits[rel]))
+        if len(bad):
+            row = int(bad[0])
+            raise FormatError(file, f"{what} id {ids[row]} at position {row} (relation "
+                              f"{rel[row]}) is out of range for entity type "
+                              f"'{types[rel[row]]}' partition {part}, which has "
+                              f"{limits[rel[row]]} rows; re-import the data or fix entity_path")
 
 
 def check_edge_paths(config: ConfigSchema) -> None:
