@@ -1,0 +1,87 @@
+"""`tessera export`: every format holds the checkpoint's embeddings in entity-name order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from support.planted import PlantedGraph, write_planted_graph
+
+from tessera.config import parse_config
+from tessera.errors import BadInputError, ConfigError
+from tessera.exporting import export_checkpoint
+from tessera.progress import Reporter
+from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.entities import write_entity_names
+from tessera.storage.fs import Directory
+from tessera.training.coordinator import train
+
+QUIET = Reporter("quiet")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> PlantedGraph:
+    graph = write_planted_graph(tmp_path_factory.mktemp("graph"), 2, num_edges=1000)
+    entities = Directory(str(graph.root / "entities"))
+    for part in range(2):  # name entity i "n{i}", as an importer would
+        write_entity_names(entities, "node", part, [f"n{i}" for i in range(part, 400, 2)])
+    train(parse_config(graph.config(num_epochs=1)), QUIET)
+    return graph
+
+
+def expected_embeddings(graph: PlantedGraph) -> np.ndarray:
+    store = CheckpointStore(Directory(str(graph.root / "checkpoints")))
+    return np.concatenate([store.read_embeddings("node", part)[0] for part in range(2)])
+
+
+def names_in_partition_order() -> list[str]:
+    return [f"n{i}" for part in range(2) for i in range(part, 400, 2)]
+
+
+def test_tsv_rows_are_name_then_values(trained: PlantedGraph, tmp_path: Path) -> None:
+    export_checkpoint(parse_config(trained.config()), str(tmp_path), QUIET)
+    rows = [line.split("\t") for line in
+            (tmp_path / "embeddings_node.tsv").read_text().splitlines()]
+    assert [row[0] for row in rows] == names_in_partition_order()
+    values = np.array([[float(v) for v in row[1:]] for row in rows], dtype=np.float32)
+    np.testing.assert_array_equal(values, expected_embeddings(trained))
+    parameters = (tmp_path / "relation_parameters.tsv").read_text().splitlines()
+    assert len(parameters) == 1 and parameters[0].split("\t")[:3] == ["link", "rhs",
+                                                                      "translation"]
+    assert len(parameters[0].split("\t")) == 3 + 16
+
+
+def test_h5_and_npy_hold_the_same_embeddings(trained: PlantedGraph, tmp_path: Path) -> None:
+    config = parse_config(trained.config())
+    export_checkpoint(config, str(tmp_path / "h5"), QUIET, output_format="h5")
+    export_checkpoint(config, str(tmp_path / "npy"), QUIET, output_format="npy")
+    with h5py.File(tmp_path / "h5" / "embeddings_node.h5", "r") as file:
+        np.testing.assert_array_equal(file["embeddings"][...], expected_embeddings(trained))
+        assert [n.decode() for n in file["names"][...]] == names_in_partition_order()
+    np.testing.assert_array_equal(np.load(tmp_path / "npy" / "embeddings_node.npy"),
+                                  expected_embeddings(trained))
+    names = (tmp_path / "npy" / "names_node.txt").read_text().splitlines()
+    assert names == names_in_partition_order()
+
+
+def test_export_to_object_storage(trained: PlantedGraph, s3_dir: object) -> None:
+    config = parse_config({**trained.config(), "storage_options": s3_dir.storage_options})
+    written = export_checkpoint(config, s3_dir.url, QUIET)
+    target = Directory(s3_dir.url, s3_dir.storage_options)
+    assert written == [target.url_of("embeddings_node.tsv"),
+                       target.url_of("relation_parameters.tsv")]
+    first_row = target.read_text("embeddings_node.tsv").splitlines()[0].split("\t")
+    assert first_row[0] == "n0"
+    np.testing.assert_array_equal(np.array(first_row[1:], dtype=np.float32),
+                                  expected_embeddings(trained)[0])
+
+
+def test_errors_name_what_is_wrong(trained: PlantedGraph, tmp_path: Path) -> None:
+    config = parse_config(trained.config())
+    with pytest.raises(ConfigError, match="unknown entity type 'nodes'"):
+        export_checkpoint(config, str(tmp_path), QUIET, entity_types=["nodes"])
+    empty = parse_config(trained.config(checkpoint_path=str(tmp_path / "none")))
+    with pytest.raises(BadInputError, match="no checkpoint to export"):
+        export_checkpoint(empty, str(tmp_path), QUIET)
