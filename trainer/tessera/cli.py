@@ -75,6 +75,8 @@ def _add_import(commands: Any) -> None:
     parser.add_argument("--format", dest="input_format", choices=["tsv", "csv", "parquet"],
                         help="input format (default: from the file extension)")
     parser.add_argument("--delimiter", help="field separator of text inputs")
+    parser.add_argument("--skip-rows", type=int, default=0,
+                        help="header lines to skip at the top of each text input")
     parser.add_argument("--partitioning", choices=["random", "hash"], default="random",
                         help="how entities are assigned to partitions")
     parser.add_argument("--seed", type=int, default=0, help="seed of random partitioning")
@@ -90,7 +92,7 @@ def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
 
     options = ImportOptions(
         lhs_col=args.lhs_col, rhs_col=args.rhs_col, rel_col=args.rel_col,
-        input_format=args.input_format, delimiter=args.delimiter,
+        input_format=args.input_format, delimiter=args.delimiter, skip_rows=args.skip_rows,
         partitioning=args.partitioning, seed=args.seed,
         entity_min_count=args.entity_min_count,
         relation_type_min_count=args.relation_type_min_count)

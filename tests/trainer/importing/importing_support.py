@@ -18,9 +18,7 @@ FOLLOWS_AND_LIKES = [{"name": "follows", "lhs": "user", "rhs": "user"},
 
 
 def grid(config: ConfigSchema) -> tuple[int, int]:
-    relations = config.relations[:1] if config.dynamic_relations else config.relations
-    return (max(config.entities[r.lhs].num_partitions for r in relations),
-            max(config.entities[r.rhs].num_partitions for r in relations))
+    return config.partition_grid()
 
 
 def entity_names(config: ConfigSchema) -> dict[tuple[str, int], list[str]]:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from importing_support import FOLLOWS_AND_LIKES, entity_names, grid, imported_edges
 
-from tessera.errors import ConfigError, FormatError
+from tessera.errors import BadInputError, ConfigError, FormatError
 from tessera.importing import ImportOptions, bucket_pass, dictionary, import_edges, writer
 from tessera.progress import Reporter
 from tessera.storage import edges as edge_files
@@ -342,3 +342,18 @@ def test_the_temporary_edge_ids_are_removed_after_success_and_failure(make_confi
         import_edges(user_item_config(make_config, str(tmp_path / "other")), [bad],
                      ImportOptions(rel_col=1, rhs_col=2, work_dir=str(work_dir)), QUIET)
     assert list(work_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (ImportOptions(lhs_col=-1), "lhs_col must be a 0-based column index"),
+    (ImportOptions(rel_col=0), "rel_col \\(0\\) must differ from lhs_col and rhs_col"),
+    (ImportOptions(partitioning="metis"), "unknown partitioning 'metis'"),
+    (ImportOptions(block_edges=0), "block_edges must be at least 1"),
+    (ImportOptions(entity_min_count=0), "entity_min_count must be at least 1"),
+    (ImportOptions(delimiter="::"), "delimiter must be one character"),
+    (ImportOptions(seed=-3), "seed must not be negative"),
+    (ImportOptions(input_format="xlsx"), "unknown input format 'xlsx'"),
+])
+def test_bad_options_are_rejected_before_reading(make_config, tmp_path, options, message):
+    with pytest.raises(BadInputError, match=message):
+        import_edges(make_config(), [str(tmp_path / "missing.tsv")], options, QUIET)

@@ -14,7 +14,6 @@ from tessera.training.schedule import (
     TrainingSchedule,
     chunk_range,
     num_edge_chunks,
-    partition_grid,
 )
 
 
@@ -57,7 +56,7 @@ def test_chunk_ranges_partition_the_edges() -> None:
 
 
 def test_partition_grid_of_a_config() -> None:
-    assert partition_grid(make_config()) == (4, 1)
+    assert make_config().partition_grid() == (4, 1)
     schedule = TrainingSchedule.from_config(make_config(num_epochs=3, bucket_order="affinity"),
                                             num_edge_chunks=2, seed=5)
     assert schedule == TrainingSchedule(num_epochs=3, num_edge_paths=2, num_edge_chunks=2,

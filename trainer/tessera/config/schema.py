@@ -176,5 +176,11 @@ class ConfigSchema:
         """The common partition count of the partitioned entity types (1 if none is)."""
         return max(entity.num_partitions for entity in self.entities.values())
 
+    def partition_grid(self) -> tuple[int, int]:
+        """(lhs, rhs) partition counts of the bucket grid: a side is partitioned if any entity
+        type on that side is (validation makes all partitioned types agree on the count)."""
+        return (max(self.entities[r.lhs].num_partitions for r in self.relations),
+                max(self.entities[r.rhs].num_partitions for r in self.relations))
+
     def effective_relation_lr(self) -> float:
         return self.lr if self.relation_lr is None else self.relation_lr

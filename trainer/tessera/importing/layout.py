@@ -24,6 +24,8 @@ OFFSET_MASK = (1 << PLACE_SHIFT) - 1
 
 @dataclass(frozen=True)
 class Layout:
+    """Where each entity and relation type goes: what the second pass and the summary need."""
+
     entity_places: np.ndarray  # place of each entity dictionary id (see PLACE_SHIFT)
     entity_hashes: np.ndarray  # stable hash of each entity dictionary id's name
     placements: dict[str, Placement]  # per entity type, over `members[type]`
@@ -39,6 +41,7 @@ class Layout:
 
 
 def lay_out(plan: ImportPlan, tables: NameTables) -> Layout:
+    """Drop what is too rare, place every entity type's entities, number relation types."""
     entities = tables.entities
     kept = entities.counts >= plan.options.entity_min_count
     hashes = entities.stable_hashes()

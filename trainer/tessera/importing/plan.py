@@ -87,8 +87,7 @@ def plan_import(config: ConfigSchema, inputs: Sequence[str],
         dynamic_relations=config.dynamic_relations,
         lhs_kinds=np.array([kind_of[relation.lhs] for relation in relations]),
         rhs_kinds=np.array([kind_of[relation.rhs] for relation in relations]),
-        grid=(max(config.entities[r.lhs].num_partitions for r in relations),
-              max(config.entities[r.rhs].num_partitions for r in relations)),
+        grid=config.partition_grid(),
         columns=Columns(options.lhs_col, options.rhs_col, options.rel_col),
         options=options,
         storage_options=dict(config.storage_options),
@@ -115,8 +114,9 @@ def _check_options(options: ImportOptions) -> None:
     for flag in ("entity_min_count", "relation_type_min_count", "block_edges"):
         if getattr(options, flag) < 1:
             raise BadInputError(f"{flag} must be at least 1, got {getattr(options, flag)}")
-    if options.skip_rows < 0:
-        raise BadInputError(f"skip_rows must not be negative, got {options.skip_rows}")
+    for flag in ("skip_rows", "seed"):
+        if getattr(options, flag) < 0:
+            raise BadInputError(f"{flag} must not be negative, got {getattr(options, flag)}")
     if options.delimiter is not None and len(options.delimiter) != 1:
         raise BadInputError(f"delimiter must be one character, got {options.delimiter!r}")
 

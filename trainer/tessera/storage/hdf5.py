@@ -74,7 +74,9 @@ def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Ite
 @contextlib.contextmanager
 def writing_hdf5(directory: Directory, name: str) -> Iterator[h5py.File]:
     """Create `name` with its format version; it becomes visible only if the block succeeds."""
-    with directory.writing(name) as temp_path, h5py.File(temp_path, "w") as file:
+    # No chunk cache: writers hand HDF5 whole chunks, and a cache per open file would make
+    # memory grow with the number of buckets being written at once.
+    with directory.writing(name) as temp_path, h5py.File(temp_path, "w", rdcc_nbytes=0) as file:
         file.attrs[FORMAT_VERSION_ATTR] = FORMAT_VERSION
         yield file
 

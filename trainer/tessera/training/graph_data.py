@@ -19,7 +19,7 @@ from ..storage.edges import bucket_file, read_bucket, read_bucket_size
 from ..storage.entities import read_dynamic_relation_count, read_entity_counts
 from ..storage.fs import Directory
 from .bucket import Bucket, all_buckets
-from .schedule import chunk_range, partition_grid
+from .schedule import chunk_range
 
 
 @dataclass
@@ -55,7 +55,7 @@ class GraphData:
         return [getattr(relation, side) for relation in relations]
 
     def bucket_grid(self) -> list[Bucket]:
-        return all_buckets(*partition_grid(self.config))
+        return all_buckets(*self.config.partition_grid())
 
     def max_bucket_size(self) -> int:
         return max((read_bucket_size(directory, b.lhs, b.rhs)

@@ -40,15 +40,6 @@ def chunk_range(num_edges: int, chunk_idx: int, num_chunks: int) -> tuple[int, i
     return start, start + size + (1 if chunk_idx < num_larger else 0)
 
 
-def partition_grid(config: ConfigSchema) -> tuple[int, int]:
-    """(lhs, rhs) partition counts of the bucket grid: a side is partitioned if any entity
-    type on that side is (validation makes all partitioned types agree on the count)."""
-    lhs_types = {relation.lhs for relation in config.relations}
-    rhs_types = {relation.rhs for relation in config.relations}
-    return (max(config.entities[name].num_partitions for name in lhs_types),
-            max(config.entities[name].num_partitions for name in rhs_types))
-
-
 @dataclass(frozen=True, order=True)
 class ChunkPosition:
     """One chunk of one edge set of one epoch: the unit after which a checkpoint is written."""
@@ -87,7 +78,7 @@ class TrainingSchedule:
     @classmethod
     def from_config(cls, config: ConfigSchema, num_edge_chunks: int,
                     seed: int = 0) -> TrainingSchedule:
-        num_lhs_partitions, num_rhs_partitions = partition_grid(config)
+        num_lhs_partitions, num_rhs_partitions = config.partition_grid()
         return cls(num_epochs=config.num_epochs, num_edge_paths=len(config.edge_paths),
                    num_edge_chunks=num_edge_chunks, num_lhs_partitions=num_lhs_partitions,
                    num_rhs_partitions=num_rhs_partitions, bucket_order=config.bucket_order,
