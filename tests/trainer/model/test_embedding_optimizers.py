@@ -8,7 +8,12 @@ import pytest
 import torch
 from tessera.errors import BadInputError
 from tessera.model import EmbeddingModel
-from tessera.training.optimizers import RowAdagrad, coalesce_rows, make_model_optimizer
+from tessera.training.optimizers import (
+    DenseAdagrad,
+    RowAdagrad,
+    coalesce_rows,
+    make_model_optimizer,
+)
 
 
 def test_known_updates_of_one_row() -> None:
@@ -85,10 +90,35 @@ def test_model_optimizer_uses_the_relation_learning_rate(make_config) -> None:
     relations = [{"name": "r", "lhs": "node", "rhs": "node", "operator": "diagonal"}]
     model = EmbeddingModel(make_config(relations=relations, lr=0.1, relation_lr=0.02), 1)
     optimizer = make_model_optimizer(model, model.config)
-    assert optimizer is not None and optimizer.param_groups[0]["lr"] == 0.02
-    assert {id(p) for p in optimizer.param_groups[0]["params"]} == {
-        id(p) for p in model.parameters()}
+    assert optimizer is not None and optimizer.lr == 0.02
+    assert {id(p) for p in optimizer.params} == {id(p) for p in model.parameters()}
     default = EmbeddingModel(make_config(relations=relations, lr=0.1), 1)
-    assert make_model_optimizer(default, default.config).param_groups[0]["lr"] == 0.1
+    assert make_model_optimizer(default, default.config).lr == 0.1
     bare = EmbeddingModel(make_config(global_emb=False), 1)
     assert make_model_optimizer(bare, bare.config) is None
+
+
+def test_dense_adagrad_matches_torch_adagrad_and_its_state_dict() -> None:
+    torch.manual_seed(0)
+    ours = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    theirs = [torch.nn.Parameter(p.detach().clone()) for p in ours]
+    dense = DenseAdagrad(ours, lr=0.3)
+    reference = torch.optim.Adagrad(theirs, lr=0.3)
+    for _ in range(4):
+        grads = [torch.randn_like(p) for p in ours]
+        for params, optimizer in ((ours, dense), (theirs, reference)):
+            optimizer.zero_grad()
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            optimizer.step()
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+    # PBG loads the model optimizer's state into torch's Adagrad: ours must fit it...
+    reloaded = torch.optim.Adagrad([torch.nn.Parameter(p.detach().clone()) for p in ours],
+                                   lr=0.3)
+    reloaded.load_state_dict(dense.state_dict())
+    torch.testing.assert_close(reloaded.state_dict()["state"][0]["sum"], dense.sums[0])
+    # ...and torch's state must load into ours.
+    restored = DenseAdagrad([torch.nn.Parameter(p.detach().clone()) for p in ours], lr=0.3)
+    restored.load_state_dict(reference.state_dict())
+    torch.testing.assert_close(restored.sums[1], reference.state_dict()["state"][1]["sum"])
