@@ -136,11 +136,13 @@ class ConfigSchema:
     early_stopping: bool = option(
         False, help="Stop when the held-out metrics stop improving between epochs.")
     background_io: bool = option(
-        False, help="Load and save partitions in the background while training.")
+        False, help="PBG: load and save partitions in background threads. Accepted for "
+        "compatibility; Tessera currently swaps partitions in the foreground.")
     verbose: int = option(0, help="Verbosity of the logs (0, 1 or 2).", minimum=0)
     hogwild_delay: float = option(
-        2.0, help="Seconds by which the Hogwild workers after the first are delayed in the "
-        "first epoch, so that early updates do not collide.", minimum=0)
+        2.0, help="Seconds by which the Hogwild workers after the first wait before the first "
+        "bucket of a run, so that their first updates do not collide on fresh embeddings.",
+        minimum=0)
     dynamic_relations: bool = option(
         False, help="Treat `relations[0]` as a template for many relation types whose count "
         "is read from dynamic_rel_count.txt; batches then mix relation types.")
