@@ -305,8 +305,16 @@ class RunResult:
     hits10: float | None = None
 
 
+def num_partitions(config: dict[str, Any]) -> int:
+    return int(config["entities"][ENTITY_TYPE]["num_partitions"])
+
+
 def run_folder(graph_key: str, system: System, partitions: int) -> Path:
     return OUTPUT / "runs" / graph_key / f"{system.name.lower()}_p{partitions}"
+
+
+# The config keys an import depends on: another lr or epoch count reuses the same import.
+IMPORT_KEYS = ("entities", "relations", "entity_path", "edge_paths")
 
 
 def import_graph(system: System, folder: Path, config: dict[str, Any], graph: GraphFiles,
@@ -314,7 +322,8 @@ def import_graph(system: System, folder: Path, config: dict[str, Any], graph: Gr
     """Import the training TSV from scratch (or reuse a finished import of the same config);
     returns edges per second."""
     record = folder / "import.json"  # written once an import succeeded
-    if reuse and record.exists() and json.loads(record.read_text())["config"] == config:
+    layout = {key: config[key] for key in IMPORT_KEYS}
+    if reuse and record.exists() and json.loads(record.read_text())["layout"] == layout:
         return float(json.loads(record.read_text())["edges_per_s"])
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -322,23 +331,23 @@ def import_graph(system: System, folder: Path, config: dict[str, Any], graph: Gr
     measured = run_measured(system.import_command(config_path, graph.train),
                             folder / "import.log")
     rate = graph.num_train / measured.wall_s
-    record.write_text(json.dumps({"edges_per_s": rate, "config": config}))
+    record.write_text(json.dumps({"edges_per_s": rate, "layout": layout}))
     return rate
 
 
-def train_once(system: System, folder: Path, partitions: int, epochs: int,
-               graph: GraphFiles, held_out: HeldOutSet, repeat: int,
-               import_rate: float) -> RunResult:
+def train_once(system: System, folder: Path, config: dict[str, Any], graph: GraphFiles,
+               held_out: HeldOutSet, repeat: int, import_rate: float) -> RunResult:
     """Train from scratch, then evaluate the final checkpoint."""
     shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    config_path = next(folder.glob("config.*"))
+    config_path = system.write_config(folder, config)
     measured = run_measured(system.train_command(config_path), folder / f"train_{repeat}.log")
     try:
-        metrics = held_out_metrics(folder, partitions, held_out)
+        metrics = held_out_metrics(folder, num_partitions(config), held_out)
     except (KeyError, OSError) as error:  # a missing entity or checkpoint file
         raise StepFailed(f"evaluating the checkpoint in {folder}: {error!r}") from error
-    return RunResult(system.name, partitions, import_rate, measured.wall_s,
-                     graph.num_train * epochs / measured.wall_s, system.loop_rate(measured.log),
+    return RunResult(system.name, num_partitions(config), import_rate, measured.wall_s,
+                     graph.num_train * config["num_epochs"] / measured.wall_s,
+                     system.loop_rate(measured.log),
                      measured.peak_tree_pss, measured.largest_rss, metrics["mrr"],
                      metrics["hits10"])
 
@@ -348,27 +357,27 @@ def run_benchmark(args: argparse.Namespace, systems: list[System], graph: GraphF
     """Import once per system and partition count, then alternate the training runs."""
     import_rates: dict[tuple[str, int], float | None] = {}
     results: list[RunResult] = []
-    for partitions in args.partitions:
+    for count in args.partitions:
         for system in systems:
-            folder = run_folder(graph_key, system, partitions)
-            config = benchmark_config(folder, partitions, args.lr, args.epochs)
-            print(f"importing for {system.name}, {partitions} partition(s)...", flush=True)
-            import_rates[system.name, partitions] = attempt(
+            folder = run_folder(graph_key, system, count)
+            config = benchmark_config(folder, count, args.lr, args.epochs)
+            print(f"importing for {system.name}, {count} partition(s)...", flush=True)
+            import_rates[system.name, count] = attempt(
                 import_graph, system, folder, config, graph, args.reuse_imports)
     for repeat in range(args.repeats):
         order = systems if repeat % 2 == 0 else systems[::-1]
-        for partitions in args.partitions:
+        for count in args.partitions:
             for system in order:
-                rate = import_rates[system.name, partitions]
+                rate = import_rates[system.name, count]
                 if rate is None:
-                    results.append(RunResult(system.name, partitions, None))
+                    results.append(RunResult(system.name, count, None))
                     continue
-                print(f"training {system.name}, {partitions} partition(s), run {repeat + 1}"
+                print(f"training {system.name}, {count} partition(s), run {repeat + 1}"
                       f"/{args.repeats}...", flush=True)
-                folder = run_folder(graph_key, system, partitions)
-                results.append(attempt(train_once, system, folder, partitions, args.epochs,
-                                       graph, held_out, repeat, rate)
-                               or RunResult(system.name, partitions, rate))
+                folder = run_folder(graph_key, system, count)
+                config = benchmark_config(folder, count, args.lr, args.epochs)
+                results.append(attempt(train_once, system, folder, config, graph, held_out,
+                                       repeat, rate) or RunResult(system.name, count, rate))
     return results
 
 
