@@ -15,7 +15,7 @@ import torch
 
 @dataclass(frozen=True)
 class EntityList:
-    """The entities on one side of some edges: `ids[i]`, or features `data[offsets[i]:offsets[i+1]]`."""
+    """The entities on one side of edges: `ids[i]`, or features `data[offsets[i]:offsets[i+1]]`."""
 
     ids: torch.Tensor  # int64 [n]; for featurized sides a dummy of -1s, so len() still works
     offsets: torch.Tensor | None = None  # int64 [n + 1], only for featurized sides

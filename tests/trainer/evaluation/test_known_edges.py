@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from tessera.evaluation import KnownEdges, mask_known, ranks
 
 NUM_ENTITIES, NUM_RELATIONS = 8, 3

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from tessera.evaluation import RankingMetrics, auc_per_row, ranks
 
 INF = math.inf

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from tessera.config import ConfigSchema, parse_config
 
 ConfigFactory = Callable[..., ConfigSchema]

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from tessera.errors import BadInputError
 from tessera.model import EmbeddingModel
 from tessera.training.optimizers import (

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+
 from tessera.config.schema import ComparatorName
 from tessera.model.comparators import COMPARATORS, BiasedComparator, make_comparator
 

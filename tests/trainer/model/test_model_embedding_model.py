@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from tessera.edgelist import EdgeList, EntityList
 from tessera.errors import ConfigError
 from tessera.model import EmbeddingModel

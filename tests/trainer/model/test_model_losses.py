@@ -7,6 +7,7 @@ import typing
 
 import pytest
 import torch
+
 from tessera.config.schema import LossName
 from tessera.model.losses import LOSSES, make_loss
 

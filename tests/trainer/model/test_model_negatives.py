@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from tessera.model.negatives import (
     PADDING,
     Chunking,

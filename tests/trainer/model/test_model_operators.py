@@ -6,6 +6,7 @@ import typing
 
 import pytest
 import torch
+
 from tessera.config.schema import OperatorName
 from tessera.model.operators import DYNAMIC_OPERATORS, OPERATORS
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tessera.model.parameter_names import public_name, state_dict_key
 
 PAIRS = [

@@ -6,6 +6,7 @@ import typing
 
 import pytest
 import torch
+
 from tessera.config.schema import RegularizerName
 from tessera.errors import ConfigError
 from tessera.model.config_checks import check_model_config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from tessera.model.rows import gather_rows, renorm_rows
 
 

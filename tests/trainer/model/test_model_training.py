@@ -12,6 +12,7 @@ import itertools
 
 import pytest
 import torch
+
 from tessera.config import ConfigSchema
 from tessera.edgelist import EdgeList, EntityList
 from tessera.model import COMPARATORS, LOSSES, OPERATORS, EmbeddingModel

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from tessera.edgelist import EdgeList, EntityList
 from tessera.training.batching import (
     iter_batches,

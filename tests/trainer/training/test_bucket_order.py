@@ -9,6 +9,7 @@ from itertools import pairwise
 
 import pytest
 import torch
+
 from tessera.config.schema import BucketOrderName
 from tessera.training.bucket import Bucket, all_buckets
 from tessera.training.bucket_order import BUCKET_ORDERS, is_initialization_ordered

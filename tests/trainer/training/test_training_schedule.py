@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 import pytest
+
 from tessera.config import parse_config
 from tessera.errors import BadInputError
 from tessera.training.bucket import all_buckets
