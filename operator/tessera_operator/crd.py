@@ -305,6 +305,18 @@ def _condition() -> Schema:
     }, required=["type", "status"])
 
 
+def _run_record() -> Schema:
+    # The operator's memory of the current run; it may record more about a run than this.
+    record = _object("The current run: a new one starts whenever the spec changes.", {
+        "number": _integer("Number of the run, from 1 (0: no pods were started yet).",
+                           minimum=0),
+        "initPath": {**_string("Checkpoint the run initialised its model from (the previous "
+                               "run's), if any."), "nullable": True},
+    })
+    record["x-kubernetes-preserve-unknown-fields"] = True
+    return record
+
+
 def status_schema() -> Schema:
     """What the operator writes: conditions first, the phase derived from them."""
     count = "Number of ready {} pods."
@@ -319,6 +331,7 @@ def status_schema() -> Schema:
         "completionTime": _timestamp("When the job succeeded or failed."),
         "restarts": _integer("Restarts of the pods after failures in the current run.",
                              minimum=0),
+        "run": _run_record(),
         "readyPods": _object("Ready pods per role.", {
             "lockServer": _integer(count.format("lock server"), minimum=0),
             "partitionServers": _integer(count.format("partition server"), minimum=0),
@@ -356,7 +369,7 @@ def status_schema() -> Schema:
 
 # --- the CRD ----------------------------------------------------------------------------------
 
-_PRINTER_COLUMNS = [
+PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Epoch", "type": "string", "jsonPath": ".status.progress.epochs"},
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress.percentComplete"},
@@ -386,7 +399,7 @@ def embedding_job_crd() -> dict[str, Any]:
             "versions": [{
                 "name": VERSION, "served": True, "storage": True,
                 "subresources": {"status": {}},
-                "additionalPrinterColumns": _PRINTER_COLUMNS,
+                "additionalPrinterColumns": PRINTER_COLUMNS,
                 "schema": {"openAPIV3Schema": root},
             }],
         },

@@ -15,7 +15,10 @@ from tessera.evaluation.command import evaluate_checkpoint
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
-from tessera.training.coordinator import train
+from tessera.training.bucket import Bucket
+from tessera.training.bucket_trainer import BucketOutcome
+from tessera.training.coordinator import EarlyStopping, train
+from tessera.training.schedule import TrainingStep
 
 QUIET = Reporter("quiet")
 
@@ -149,3 +152,27 @@ def test_init_path_starts_from_another_checkpoint(tmp_path: Path) -> None:
     trained = CheckpointStore(Directory(str(tmp_path / "a"))).read_stats()[-1]
     assert first_mrr(warm["checkpoint_path"]) > 2 * first_mrr(fresh["checkpoint_path"])
     assert first_mrr(warm["checkpoint_path"]) > 0.8 * trained["eval_stats_after"]["mrr"]
+
+
+def outcome_with_eval_loss(loss: float) -> BucketOutcome:
+    step = TrainingStep(0, 0, 0, Bucket(0, 0))
+    return BucketOutcome(step=step, count=1, loss=1.0, regularization=0.0, seconds=0.0,
+                         eval_before=None, eval_after={"loss": loss})
+
+
+def test_early_stopping_stops_after_an_epoch_with_a_worse_held_out_loss() -> None:
+    stopping = EarlyStopping()
+    assert not stopping.epoch_ended()  # nothing held out: never stops
+    for losses, stop in (([3.0, 1.0], False), ([1.5, 1.5], False), ([1.6, 1.8], True)):
+        stopping.add([outcome_with_eval_loss(loss) for loss in losses])
+        assert stopping.epoch_ended() is stop
+
+
+def test_early_stopping_ends_a_run_early(tmp_path: Path) -> None:
+    # One community: the edges are random, so training can only memorise them and the
+    # held-out loss soon climbs.
+    graph = write_planted_graph(tmp_path, 1, num_edges=2000, num_communities=1)
+    config = graph.config(num_epochs=30, eval_fraction=0.2, early_stopping=True,
+                          dimension=64, lr=0.5)
+    summary = train(parse_config(config), QUIET)
+    assert 2 <= summary.checkpoint_version < 30

@@ -129,7 +129,7 @@ class TrainingRun:
         trainer = BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
                                 self.schedule.num_edge_chunks)
         last: BucketOutcome | None = None
-        epoch_eval_losses: list[float] = []
+        early_stopping = EarlyStopping()
         with self.reporter.task("train", total=total or None, unit="edges") as task, \
                 pool or contextlib.nullcontext():
             for position in positions:
@@ -137,9 +137,11 @@ class TrainingRun:
                             for bucket in self.schedule.buckets(position)]
                 self._checkpoint(position, outcomes)
                 last = outcomes[-1] if outcomes else last
-                if self._should_stop_early(position, outcomes, epoch_eval_losses):
-                    self.reporter.event("early stopping: held-out loss went up",
-                                        epoch=position.epoch_idx)
+                early_stopping.add(outcomes)
+                if self.config.early_stopping and self._ends_epoch(position) \
+                        and early_stopping.epoch_ended():
+                    self.reporter.event("early stopping: the held-out loss went up",
+                                        epoch=position.epoch_idx + 1)
                     break
             done, seconds = task.done, task.elapsed
         summary = TrainingSummary(
@@ -182,22 +184,14 @@ class TrainingRun:
         self.store.commit(version, self.config.to_dict())
         self.holder.committed()
         self.store.append_stats([outcome.record() for outcome in outcomes])
-        end_of_epoch = (position.edge_path_idx == self.schedule.num_edge_paths - 1
-                        and position.edge_chunk_idx == self.schedule.num_edge_chunks - 1)
         epochs_done = position.epoch_idx + 1
-        if end_of_epoch and should_preserve(epochs_done,
+        if self._ends_epoch(position) and should_preserve(epochs_done,
                                             self.config.checkpoint_preservation_interval):
             self.store.preserve(epochs_done)
 
-    def _should_stop_early(self, position: ChunkPosition, outcomes: list[BucketOutcome],
-                           history: list[float]) -> bool:
-        if not self.config.early_stopping:
-            return False
-        losses = [o.eval_after["loss"] for o in outcomes if o.eval_after and "loss" in o.eval_after]
-        if not losses:
-            return False
-        history.append(sum(losses) / len(losses))
-        return len(history) > 1 and history[-1] > history[-2]
+    def _ends_epoch(self, position: ChunkPosition) -> bool:
+        return (position.edge_path_idx == self.schedule.num_edge_paths - 1
+                and position.edge_chunk_idx == self.schedule.num_edge_chunks - 1)
 
     def _edges_per_position(self) -> int:
         """Training edges of one chunk position, averaged over edge sets (for the ETA)."""
@@ -205,3 +199,25 @@ class TrainingRun:
                   for directory in self.data.edge_dirs]
         train_share = 1 - self.config.eval_fraction
         return int(sum(totals) / len(totals) / self.schedule.num_edge_chunks * train_share)
+
+
+class EarlyStopping:
+    """PBG's early_stopping: stop after an epoch whose mean held-out loss is above the
+    previous epoch's (needs eval_fraction > 0; without held-out edges it never stops)."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.previous: float | None = None
+
+    def add(self, outcomes: list[BucketOutcome]) -> None:
+        self.losses += [o.eval_after["loss"] for o in outcomes
+                        if o.eval_after and "loss" in o.eval_after]
+
+    def epoch_ended(self) -> bool:
+        """Close the epoch; True if training should stop."""
+        if not self.losses:
+            return False
+        mean = sum(self.losses) / len(self.losses)
+        worse = self.previous is not None and mean > self.previous
+        self.previous, self.losses = mean, []
+        return worse

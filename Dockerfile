@@ -1,0 +1,45 @@
+# syntax=docker/dockerfile:1
+# Tessera's two images, from one source tree:
+#   docker build --target operator -t tessera-operator:0.1.0 .   # the kopf operator, no torch
+#   docker build --target trainer  -t tessera-trainer:0.1.0 .    # `tessera` with torch (CPU)
+# Both run as an unprivileged user (uid 10001) and need no writable root filesystem.
+
+ARG PYTHON_VERSION=3.11
+
+# --- what both images share: Python, the user, the source --------------------------------------
+FROM python:${PYTHON_VERSION}-slim AS base
+# No .pyc files (the root filesystem is read-only at run time), logs straight to the pod's
+# output, no pip cache or version check in the image.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HOME=/tmp
+RUN groupadd --gid 10001 tessera \
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp \
+       --shell /usr/sbin/nologin tessera
+WORKDIR /src
+# The README is the package's long description, so the build needs it too.
+COPY pyproject.toml README.md ./
+COPY trainer ./trainer
+COPY operator ./operator
+
+# --- the operator: kopf and the config schema, never torch --------------------------------------
+FROM base AS operator
+RUN pip install ".[operator]" && rm -rf /src
+WORKDIR /
+USER 10001:10001
+ENTRYPOINT ["python", "-m", "tessera_operator"]
+CMD ["--standalone", "--all-namespaces"]
+
+# --- the trainer: every role of a job (`tessera train`, `tessera lock-server`, ...) -------------
+FROM base AS trainer
+# torch's CPU build first (from PyTorch's own index), so that the trainer extra's pin is met
+# without pulling the CUDA build and its libraries.
+RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
+    && pip install ".[trainer]" \
+    && rm -rf /src
+WORKDIR /
+USER 10001:10001
+ENTRYPOINT ["tessera"]
+CMD ["--help"]

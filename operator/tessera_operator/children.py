@@ -1,0 +1,196 @@
+"""The objects a run of a job consists of, as manifests: pure functions of (job, spec, plan).
+
+One ConfigMap holds the run's config file; a NetworkPolicy lets only the job's own pods reach
+its pods; pods run the roles. A job with one trainer and no partition servers is one pod,
+`tessera train CONFIG`. A distributed job adds a lock server (whose Service is the rendezvous
+of every role), partition servers (behind a headless Service, one DNS name per rank) and
+trainers with `--rank R`.
+
+Every pod is locked down the same way: non-root, read-only root filesystem, no privilege
+escalation, no capabilities, the runtime's seccomp profile, no service-account token (the
+pods never talk to the API), `restartPolicy: Never` (the operator restarts whole runs, from a
+checkpoint), and a termination message that falls back to the log tail, which is where the
+operator reads why a pod failed. The only writable places are a memory-backed /dev/shm (the
+Hogwild workers share tensors through it) and /tmp. Storage credentials reach the pods only
+as environment variables taken from the Secret the spec names.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from .labels import (
+    LABEL_JOB,
+    LABEL_ROLE,
+    LABEL_RUN,
+    JobRef,
+    Role,
+    child_metadata,
+    config_map_name,
+    expected_pods,
+    job_labels,
+    lock_server_service_name,
+    network_policy_name,
+    partition_servers_service_name,
+    pod_labels,
+    pod_name,
+    role_selector,
+)
+from .run_config import (
+    CONFIG_DIR,
+    CONFIG_FILE,
+    CONFIG_PATH,
+    RENDEZVOUS_PORT,
+    RunPlan,
+    config_file_text,
+    run_config,
+)
+from .spec import EmbeddingJobSpec
+
+Manifest = dict[str, Any]
+
+# The trainer image's non-root user (distroless' "nonroot"); fixed so that `runAsNonRoot`
+# can be verified whatever the image's USER line says.
+POD_USER = 65532
+POD_SECURITY_CONTEXT: Manifest = {
+    "runAsNonRoot": True, "runAsUser": POD_USER, "runAsGroup": POD_USER, "fsGroup": POD_USER,
+    "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY_CONTEXT: Manifest = {
+    "runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+    "privileged": False, "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"}}
+# The keys the storage Secret must have; they become the same-named environment variables.
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def children(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan) -> list[Manifest]:
+    """Everything a run needs, in the order to create it (what pods mount comes first)."""
+    objects = [config_map(job, spec, plan), network_policy(job)]
+    if spec.distributed:
+        objects += [lock_server_service(job), partition_servers_service(job)]
+    objects += [pod(job, spec, plan, role, rank)
+                for role, rank in expected_pods(job.name, spec).values()]
+    return objects
+
+
+def config_map(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan) -> Manifest:
+    labels = {**job_labels(job.name), LABEL_RUN: str(plan.number)}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": child_metadata(job, config_map_name(job.name), labels),
+            "data": {CONFIG_FILE: config_file_text(run_config(job, spec, plan))}}
+
+
+def network_policy(job: JobRef) -> Manifest:
+    """Only the job's own pods may connect to its pods (gloo connects every rank to every
+    other, so trainers are covered as well as the lock and partition servers)."""
+    own_pods = {"matchLabels": {LABEL_JOB: job.name}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": child_metadata(job, network_policy_name(job.name),
+                                       job_labels(job.name)),
+            "spec": {"podSelector": own_pods, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": own_pods}]}]}}
+
+
+def lock_server_service(job: JobRef) -> Manifest:
+    return _service(job, lock_server_service_name(job.name), Role.LOCK_SERVER, headless=False)
+
+
+def partition_servers_service(job: JobRef) -> Manifest:
+    """Headless: each partition server is reachable as `{pod}.{service}` by its rank."""
+    return _service(job, partition_servers_service_name(job.name), Role.PARTITION_SERVER,
+                    headless=True)
+
+
+def _service(job: JobRef, name: str, role: Role, *, headless: bool) -> Manifest:
+    spec: Manifest = {"selector": role_selector(job.name, role),
+                      "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT,
+                                 "targetPort": RENDEZVOUS_PORT, "protocol": "TCP"}]}
+    if headless:
+        spec.update({"clusterIP": "None", "publishNotReadyAddresses": True})
+    labels = {**job_labels(job.name), LABEL_ROLE: role.value}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": child_metadata(job, name, labels), "spec": spec}
+
+
+def pod(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan, role: Role, rank: int) -> Manifest:
+    """One pod of the run; its name does not depend on the run, its `run` label does."""
+    name = pod_name(job.name, role, rank)
+    labels = pod_labels(job.name, role, plan.number, None if role is Role.LOCK_SERVER else rank)
+    pod_spec: Manifest = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
+        "containers": [_container(spec, role, rank)],
+        "volumes": _volumes(job),
+    }
+    if role is Role.PARTITION_SERVER:
+        pod_spec.update({"hostname": name, "subdomain": partition_servers_service_name(job.name)})
+    pod_spec.update(_scheduling(spec))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": child_metadata(job, name, labels),
+            "spec": pod_spec}
+
+
+def command(spec: EmbeddingJobSpec, role: Role, rank: int) -> list[str]:
+    """The `tessera` command a role runs; every role reads the same config file."""
+    subcommand = "train" if role is Role.TRAINER else role.value
+    ranked = spec.distributed and role is not Role.LOCK_SERVER
+    return ["tessera", subcommand, CONFIG_PATH, *(["--rank", str(rank)] if ranked else []),
+            "--log-format", "json"]
+
+
+def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
+    resources = {Role.TRAINER: spec.trainers, Role.LOCK_SERVER: spec.lock_server,
+                 Role.PARTITION_SERVER: spec.partition_servers}[role].resources
+    container: Manifest = {
+        "name": role.value,
+        "image": spec.image,
+        "command": command(spec, role, rank),
+        "env": storage_env(spec),
+        "resources": copy.deepcopy(dict(resources)),
+        "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+    if spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    if role is Role.LOCK_SERVER:
+        container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT,
+                               "protocol": "TCP"}]
+    return container
+
+
+def storage_env(spec: EmbeddingJobSpec) -> list[Manifest]:
+    """The environment of every container: credentials only by reference to the Secret."""
+    env: list[Manifest] = [{"name": "HOME", "value": "/tmp"},  # the root filesystem is read-only
+                           {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    if spec.storage.secret_name is not None:
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {
+                    "name": spec.storage.secret_name, "key": key}}} for key in SECRET_KEYS]
+    if spec.storage.endpoint is not None:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": spec.storage.endpoint})
+    return env
+
+
+def _volumes(job: JobRef) -> list[Manifest]:
+    return [{"name": "config", "configMap": {"name": config_map_name(job.name)}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "tmp", "emptyDir": {}}]
+
+
+def _scheduling(spec: EmbeddingJobSpec) -> Manifest:
+    fields: Manifest = {}
+    if spec.node_selector:
+        fields["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        fields["tolerations"] = [dict(t) for t in spec.tolerations]
+    if spec.affinity:
+        fields["affinity"] = copy.deepcopy(dict(spec.affinity))
+    if spec.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
+    return fields

@@ -1,0 +1,132 @@
+"""What the operator needs to know about one of its pods, read from the pod as the API gives it.
+
+Decisions are made on `ObservedPod`s, never on raw pod objects: which run and role a pod
+belongs to (its labels), how far it got (phase, deletion), and, when it stopped or is stuck,
+why (exit code, the kubelet's reason, and one line of explanation). The explanation of a failed
+pod is the last line of its termination message that is not a JSON progress record: with
+`FallbackToLogsOnError` that message is the log tail, whose last plain line is `tessera`'s
+error (`tessera train: error: ...`) or a traceback's last line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .labels import LABEL_ROLE, LABEL_RUN, Role
+from .progress import json_record
+from .redaction import redact
+
+MAX_MESSAGE_LENGTH = 512
+
+PENDING, RUNNING, SUCCEEDED, FAILED, UNKNOWN = (
+    "Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """A pod of a job, as far as reconciling is concerned."""
+
+    name: str
+    role: Role | None
+    run: int
+    phase: str
+    deleting: bool = False
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (SUCCEEDED, FAILED)
+
+    @property
+    def running(self) -> bool:
+        return self.phase == RUNNING and not self.deleting
+
+    @property
+    def active(self) -> bool:
+        """Still running or about to; deleting it stops work."""
+        return not self.finished and not self.deleting
+
+    def explanation(self) -> str:
+        """`name: reason (exit code N): message`, the parts that are known."""
+        details = ", ".join(part for part in (
+            self.reason, None if self.exit_code is None else f"exit code {self.exit_code}")
+            if part)
+        text = f"{self.name}: {details}" if details else self.name
+        return f"{text}: {self.message}" if self.message else text
+
+
+def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase") or PENDING
+    state = _container_state(status)
+    terminated = state.get("terminated") or {}
+    waiting = state.get("waiting") or {}
+    exit_code = terminated.get("exitCode")
+    reason = terminated.get("reason") or waiting.get("reason") or status.get("reason") \
+        or _unschedulable(status)
+    if phase == FAILED or exit_code not in (None, 0):
+        message = failure_line(terminated.get("message") or status.get("message") or "")
+    else:
+        message = waiting.get("message") or _unschedulable_message(status) or ""
+    return ObservedPod(
+        name=metadata.get("name", ""),
+        role=_role(labels.get(LABEL_ROLE)),
+        run=_run(labels.get(LABEL_RUN)),
+        phase=phase,
+        deleting=metadata.get("deletionTimestamp") is not None,
+        exit_code=exit_code,
+        reason=reason,
+        message=_bounded(redact(message)))
+
+
+def failure_line(text: str) -> str:
+    """The line of a termination message that says why: the last plain (non-JSON) line, or
+    the last JSON record's event when the tail holds nothing else."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    plain = [line for line in lines if json_record(line) is None]
+    if plain:
+        return plain[-1]
+    events = [str(record["event"]) for record in map(json_record, lines)
+              if record is not None and "event" in record]
+    return events[-1] if events else ""
+
+
+def _container_state(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    containers = status.get("containerStatuses") or []
+    return (containers[0].get("state") or {}) if containers else {}
+
+
+def _unschedulable(status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return condition.get("reason") or "Unschedulable"
+    return None
+
+
+def _unschedulable_message(status: Mapping[str, Any]) -> str | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return condition.get("message")
+    return None
+
+
+def _role(value: str | None) -> Role | None:
+    try:
+        return Role(value)
+    except ValueError:
+        return None
+
+
+def _run(value: str | None) -> int:
+    return int(value) if value is not None and value.isdigit() else 0
+
+
+def _bounded(message: str) -> str:
+    line = " ".join(message.split())
+    return line if len(line) <= MAX_MESSAGE_LENGTH else line[:MAX_MESSAGE_LENGTH - 3] + "..."

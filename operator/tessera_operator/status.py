@@ -1,0 +1,242 @@
+"""The status a job should have once an action is taken: a pure function of what was observed.
+
+`desired_status(job, pods, progress, action, now)` starts from the status written last time
+and applies, in turn: the conditions (the action's transition first, then what the pods
+show), the run bookkeeping (`status.run`, restarts, start and completion times), the ready
+pods per role, and the trainer's progress. `phase` and `message` are derived from the
+conditions last. Calling it again with the same inputs gives the same status, and
+`status_patch` turns the difference into a JSON merge patch (None when there is none), so the
+status is written only when it changed.
+
+Every message in the status comes either from this package or from a pod through
+`pods.observe_pod` / `decisions.next_action`, which redact credentials; the status never
+carries config values other than checkpoint paths (which the spec check keeps free of
+credentials).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from . import conditions as cond
+from .conditions import Condition
+from .decisions import Action, ActionKind
+from .job import JobView
+from .labels import Role, expected_pods
+from .pods import ObservedPod
+from .progress import TrainingProgress
+
+READY_POD_KEYS = {Role.TRAINER: "trainers", Role.PARTITION_SERVER: "partitionServers",
+                  Role.LOCK_SERVER: "lockServer"}
+# Actions after which the job's pods are gone or going.
+_STOPPING = (ActionKind.RESTART, ActionKind.RESUME, ActionKind.NEW_RUN, ActionKind.SUSPEND,
+             ActionKind.FAIL, ActionKind.SUCCEED, ActionKind.DELETE_JOB)
+# Actions after which the job is not finished any more.
+_REOPENING = (ActionKind.CREATE, ActionKind.RESTART, ActionKind.RESUME, ActionKind.NEW_RUN)
+# The status keys this package writes; others (kopf's bookkeeping) are left alone.
+OWN_KEYS = ("phase", "message", "observedGeneration", "conditions", "startTime",
+            "completionTime", "restarts", "readyPods", "progress", "metrics", "checkpoint",
+            "run")
+
+
+def desired_status(job: JobView, pods: Sequence[ObservedPod], progress: TrainingProgress | None,
+                   action: Action, now: datetime) -> dict[str, Any]:
+    """The whole status (the keys of OWN_KEYS that have a value) after `action`."""
+    conditions = _conditions(job, pods, action, now)
+    status: dict[str, Any] = {
+        "phase": cond.derive_phase(conditions),
+        "message": cond.phase_message(conditions),
+        "observedGeneration": job.generation,
+        "conditions": conditions,
+        **_bookkeeping(job, action, now),
+        "readyPods": _ready_pods(job, pods, action),
+        **_progress(job, progress, action),
+    }
+    return {key: value for key, value in status.items() if value is not None}
+
+
+# --- conditions -------------------------------------------------------------------------------
+
+def _conditions(job: JobView, pods: Sequence[ObservedPod], action: Action,
+                now: datetime) -> list[Condition]:
+    generation = job.generation
+
+    def put(conditions: list[Condition], kind: str, value: bool, reason: str,
+            message: str) -> list[Condition]:
+        return cond.set_condition(conditions, kind, value, reason, message, now, generation)
+
+    def clear(conditions: list[Condition], kind: str, reason: str,
+              message: str) -> list[Condition]:
+        return cond.clear_condition(conditions, kind, reason, message, now, generation)
+
+    found = [dict(c) for c in job.conditions]
+    found = _action_transition(found, action, put, clear)
+    if action.kind in _STOPPING:
+        found = clear(found, cond.RUNNING, action.reason or cond.PODS_STOPPED, action.message)
+    elif job.spec is not None and not job.finished or action.kind in _REOPENING:
+        found = _observed_running(found, job, pods, action, put, clear)
+    return _suspension(found, job, action, put, clear)
+
+
+def _action_transition(found: list[Condition], action: Action, put: Any,
+                       clear: Any) -> list[Condition]:
+    kind, reason, message = action.kind, action.reason, action.message
+    if kind is ActionKind.CREATE:
+        found = put(found, cond.CREATED, True, reason, message)
+    elif kind in (ActionKind.RESTART, ActionKind.RESUME, ActionKind.NEW_RUN, ActionKind.SUSPEND):
+        found = put(found, cond.CREATED, False, reason, "the pods of the run were deleted")
+    if kind is ActionKind.RESTART:
+        found = put(found, cond.RESTARTING, True, reason, message)
+    elif kind in (ActionKind.NEW_RUN, ActionKind.RESUME, ActionKind.SUSPEND, ActionKind.FAIL,
+                  ActionKind.SUCCEED):
+        found = clear(found, cond.RESTARTING, reason, message)
+    if kind is ActionKind.FAIL:
+        found = put(found, cond.FAILED, True, reason, message)
+    if kind is ActionKind.SUCCEED:
+        found = put(found, cond.SUCCEEDED, True, reason, message)
+    if kind in _REOPENING:
+        found = clear(found, cond.FAILED, reason, message)
+        found = clear(found, cond.SUCCEEDED, reason, message)
+    return found
+
+
+def _observed_running(found: list[Condition], job: JobView, pods: Sequence[ObservedPod],
+                      action: Action, put: Any, clear: Any) -> list[Condition]:
+    """Running holds when every pod of the current run runs; else say what is missing."""
+    if job.spec is None or (job.spec.run_policy.suspend and action.kind is not ActionKind.CREATE):
+        return clear(found, cond.RUNNING, cond.JOB_SUSPENDED, "suspended")
+    run = action.plan.number if action.plan else job.run
+    current = {pod.name: pod for pod in pods if pod.run == run}
+    waiting = [current.get(name) or name for name in expected_pods(job.ref.name, job.spec)
+               if not (name in current and current[name].running)]
+    if not waiting:
+        found = put(found, cond.RUNNING, True, cond.PODS_RUNNING,
+                    f"run {run}: {len(current)} pod(s) running")
+        return clear(found, cond.RESTARTING, cond.RESTARTED, f"run {run} is running")
+    first = waiting[0]
+    detail = first.explanation() if isinstance(first, ObservedPod) else f"{first}: creating"
+    return put(found, cond.RUNNING, False, cond.PODS_PENDING,
+               f"run {run}: waiting for {len(waiting)} pod(s); {detail}")
+
+
+def _suspension(found: list[Condition], job: JobView, action: Action, put: Any,
+                clear: Any) -> list[Condition]:
+    suspend = job.spec is not None and job.spec.run_policy.suspend
+    if suspend and action.kind not in (ActionKind.FAIL, ActionKind.SUCCEED) and \
+            not (job.finished and action.kind not in _REOPENING):
+        message = "suspended; the pods are stopped" if action.kind is not ActionKind.SUSPEND \
+            else action.message
+        return put(found, cond.SUSPENDED, True, cond.JOB_SUSPENDED, message)
+    if action.kind is ActionKind.RESUME:
+        return put(found, cond.SUSPENDED, False, action.reason, action.message)
+    return clear(found, cond.SUSPENDED, cond.JOB_RESUMED, "not suspended")
+
+
+# --- bookkeeping ------------------------------------------------------------------------------
+
+def _bookkeeping(job: JobView, action: Action, now: datetime) -> dict[str, Any]:
+    kind = action.kind
+    start = job.status.get("startTime")
+    if kind in (ActionKind.NEW_RUN, ActionKind.RESUME):
+        start = None  # the deadline counts from the start of the new run's pods
+    elif kind is ActionKind.CREATE and start is None:
+        start = cond.format_time(now)
+    completion = job.status.get("completionTime")
+    if kind in (ActionKind.FAIL, ActionKind.SUCCEED):
+        completion = cond.format_time(now)
+    elif kind in _REOPENING:
+        completion = None
+    restarts = job.restarts
+    if action.counts_against_backoff:
+        restarts += 1
+    elif kind is ActionKind.NEW_RUN or (kind is ActionKind.RESTART
+                                        and action.reason == cond.SPEC_CHANGED):
+        restarts = 0  # a new spec gets a fresh back-off budget
+    return {"startTime": start, "completionTime": completion, "restarts": restarts,
+            "run": _run_record(job, action)}
+
+
+def _run_record(job: JobView, action: Action) -> dict[str, Any] | None:
+    if action.plan is None or job.spec is None:
+        return dict(job.run_record) or None
+    record = {"number": action.plan.number, "configHash": job.spec.config_fingerprint(),
+              "podsHash": job.spec.pods_fingerprint(), "initPath": action.plan.init_path}
+    return {key: value for key, value in record.items() if value is not None}
+
+
+def _ready_pods(job: JobView, pods: Sequence[ObservedPod], action: Action) -> dict[str, int]:
+    run = action.plan.number if action.plan else job.run
+    gone = set(action.delete_pods)
+    counts = {READY_POD_KEYS[role]: 0 for role, _ in
+              (expected_pods(job.ref.name, job.spec).values() if job.spec else ())}
+    for pod in pods:
+        if pod.run == run and pod.running and pod.role is not None and pod.name not in gone:
+            key = READY_POD_KEYS[pod.role]
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+def _progress(job: JobView, progress: TrainingProgress | None,
+              action: Action) -> dict[str, Any]:
+    """progress, metrics and checkpoint: the trainer's latest word over what was known."""
+    fresh = action.kind is ActionKind.NEW_RUN  # a new run starts its counts afresh
+    before = {} if fresh else dict(job.status.get("progress") or {})
+    metrics = {} if fresh else dict(job.status.get("metrics") or {})
+    checkpoint = dict(job.status.get("checkpoint") or {})
+    if fresh:
+        checkpoint = {}
+    if action.plan is not None:
+        checkpoint["path"] = action.plan.checkpoint_path
+    seen = progress or TrainingProgress()
+    if seen.checkpoint_version is not None:
+        checkpoint["version"] = seen.checkpoint_version
+    metrics.update(seen.metrics)
+    return {"progress": _progress_fields(job, before, seen, action) or None,
+            "metrics": metrics or None, "checkpoint": checkpoint or None}
+
+
+def _progress_fields(job: JobView, before: Mapping[str, Any], seen: TrainingProgress,
+                     action: Action) -> dict[str, Any]:
+    fields = dict(before)
+    if job.spec is not None:
+        fields["numEpochs"] = job.spec.config.num_epochs
+    fraction = 1.0 if action.kind is ActionKind.SUCCEED else seen.fraction_done
+    updates = {
+        "epoch": fields.get("numEpochs") if action.kind is ActionKind.SUCCEED else seen.epoch,
+        "bucketsDone": seen.buckets_done, "bucketsTotal": seen.buckets_total,
+        "edgesPerSecond": seen.edges_per_second, "loss": seen.loss,
+        "percentComplete": None if fraction is None else f"{100 * fraction:.0f}%",
+        "updateTime": None if seen.time is None else cond.format_time(
+            datetime.fromtimestamp(seen.time, timezone.utc)),
+    }
+    fields.update({key: value for key, value in updates.items() if value is not None})
+    if "numEpochs" in fields:
+        fields.setdefault("epoch", 0)
+        fields["epochs"] = f"{fields['epoch']}/{fields['numEpochs']}"
+    return fields
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The JSON merge patch from the status as it is to the desired one (None: no change).
+    Only OWN_KEYS are compared, so other writers' keys survive."""
+    patch = _merge_patch({k: v for k, v in current.items() if k in OWN_KEYS}, desired)
+    return patch or None
+
+
+def _merge_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+    patch: dict[str, Any] = {key: None for key in current if key not in desired}
+    for key, value in desired.items():
+        old = current.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            inner = _merge_patch(old, value)
+            if inner:
+                patch[key] = inner
+        elif value != old:
+            patch[key] = value
+    return patch

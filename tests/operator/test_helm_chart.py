@@ -1,0 +1,211 @@
+"""The Helm chart: lints, renders valid Kubernetes objects, grants the operator only what it
+needs (cluster-wide or per listed namespace), and ships the repository's CRD unchanged.
+
+Helm's own Go SDK does the linting and rendering (through helm-python-sdk, offline);
+kubernetes-validate checks every rendered object against Kubernetes' published schemas.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "tessera"
+KUBERNETES_VERSION = "1.30"
+RELEASE, NAMESPACE = "tessera", "tessera-system"
+NAMESPACED = {"rbac": {"namespaces": ["team-a", "team-b"]}}
+WARNING = 2  # lint message severities: 1 info, 2 warning, 3 error
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The objects `helm install` would create (CRDs aside), in template order."""
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values=values, name=RELEASE, namespace=NAMESPACE,
+                                is_install=True)
+    return [document for name, text in sorted(rendered.items()) if name.endswith(".yaml")
+            for document in yaml.safe_load_all(text) if document]
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [obj for obj in objects if obj["kind"] == kind]
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_chart_lints_without_warnings(values):
+    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBERNETES_VERSION}.0")
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= WARNING] == []
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}],
+                         ids=["cluster-wide", "namespaced", "no-rbac"])
+def test_every_rendered_object_is_valid_kubernetes(values):
+    objects = render(values)
+    assert of_kind(objects, "Deployment") and of_kind(objects, "ServiceAccount")
+    for obj in objects:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_cluster_wide_install_binds_one_cluster_role_and_watches_all_namespaces():
+    objects = render()
+    operator_roles = [role for role in of_kind(objects, "ClusterRole")
+                      if role["metadata"]["name"] == RELEASE]
+    (binding,) = of_kind(objects, "ClusterRoleBinding")
+    assert len(operator_roles) == 1 and not of_kind(objects, "Role")
+    assert binding["roleRef"]["name"] == RELEASE
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE,
+                                    "namespace": NAMESPACE}]
+    args = operator_container(objects)["args"]
+    assert "--all-namespaces" in args and not any(a.startswith("--namespace") for a in args)
+
+
+def test_namespaced_install_has_a_role_per_namespace_and_nothing_cluster_wide_for_the_operator():
+    objects = render(NAMESPACED)
+    roles, bindings = of_kind(objects, "Role"), of_kind(objects, "RoleBinding")
+    assert [role["metadata"]["namespace"] for role in roles] == ["team-a", "team-b"]
+    assert [binding["metadata"]["namespace"] for binding in bindings] == ["team-a", "team-b"]
+    for binding in bindings:
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
+    assert not of_kind(objects, "ClusterRoleBinding")
+    # The only cluster roles left are the aggregated ones for people, bound to no one here.
+    for role in of_kind(objects, "ClusterRole"):
+        assert role["metadata"]["name"] in (f"{RELEASE}-edit", f"{RELEASE}-view")
+    args = operator_container(objects)["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+
+
+def test_rbac_create_false_renders_no_rbac():
+    objects = render({"rbac": {"create": False}})
+    kinds = {obj["kind"] for obj in objects}
+    assert kinds == {"Deployment", "ServiceAccount"}
+
+
+def operator_rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """(apiGroup, resource) -> verbs, over the operator's own roles."""
+    granted: dict[tuple[str, str], set[str]] = {}
+    for role in of_kind(objects, "ClusterRole") + of_kind(objects, "Role"):
+        if role["metadata"]["name"] != RELEASE:
+            continue
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_operator_gets_least_privilege(values):
+    granted = operator_rules(render(values))
+    assert set(granted) == {
+        ("tessera.dev", "embeddingjobs"), ("tessera.dev", "embeddingjobs/status"),
+        ("", "pods"), ("", "services"), ("", "configmaps"),
+        ("networking.k8s.io", "networkpolicies"), ("", "events"), ("events.k8s.io", "events")}
+    assert granted[("tessera.dev", "embeddingjobs")] == {"get", "list", "watch", "patch", "delete"}
+    assert granted[("", "events")] == {"create", "patch"}
+    assert all("*" not in verbs and "escalate" not in verbs and "bind" not in verbs
+               for verbs in granted.values())
+
+
+def test_operator_runs_non_root_read_only_without_capabilities():
+    objects = render()
+    (deployment,) = of_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    container = operator_container(objects)
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                            "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_operator_command_and_liveness_probe_agree():
+    container = operator_container(render({"operator": {"livenessPort": 9090,
+                                                        "verbosity": "debug"}}))
+    assert container["command"] == ["python", "-m", "tessera_operator"]
+    assert container["args"][0] == "--standalone"
+    assert "--liveness=http://0.0.0.0:9090/healthz" in container["args"]
+    assert "--debug" in container["args"] and "--log-format=json" in container["args"]
+    (port,) = container["ports"]
+    assert port["containerPort"] == 9090
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+
+
+def test_image_tag_defaults_to_app_version():
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert operator_container(render())["image"] == f"tessera-operator:{chart_yaml['appVersion']}"
+    custom = {"image": {"repository": "registry.example.com/tessera-operator", "tag": "1.2.3"}}
+    assert operator_container(render(custom))["image"] == (
+        "registry.example.com/tessera-operator:1.2.3")
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
+    ({"operator": {"logFormat": "xml"}}, "value must be one of"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
+    ({"rbac": {"namespaces": ["Team_A"]}}, "does not match pattern"),
+    ({"rbac": {"create": "yes"}}, "got string, want boolean"),
+])
+def test_values_schema_rejects_malformed_values(values, message):
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match=re.escape(
+            message)):
+        chart.render(values=values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_values_schema_declares_every_default_value():
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def undeclared(values: dict[str, Any], node: dict[str, Any], path: str) -> list[str]:
+        if node.get("additionalProperties") is not False:
+            return []  # a free-form map (labels, security contexts)
+        missing = [f"{path}{key}" for key in values if key not in node["properties"]]
+        return missing + [name for key, value in values.items() if isinstance(value, dict)
+                          and key in node["properties"]
+                          for name in undeclared(value, node["properties"][key], f"{key}.")]
+
+    assert undeclared(defaults, schema, "") == []
+
+
+def test_every_value_is_documented():
+    # helm-docs' convention: a value is documented by a `# --` comment right above it, which
+    # covers what is nested in it (a default that is a Kubernetes object); a section (a key
+    # whose value is a block of documented values) needs a comment of any kind.
+    undocumented, ancestors, comment = [], [], []
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        key = re.match(r"^(\s*)([A-Za-z]\w*):(.*)$", line)
+        if key:
+            indent = len(key.group(1))
+            ancestors = [(depth, covers) for depth, covers in ancestors if depth < indent]
+            value_doc = bool(comment) and comment[0].startswith("# --")
+            section_doc = bool(comment) and not key.group(3).strip()
+            covered = any(covers for _, covers in ancestors)
+            if not (value_doc or section_doc or covered):
+                undocumented.append(key.group(2))
+            ancestors.append((indent, value_doc or covered))
+        # The comment block right above the next key (a blank line detaches it).
+        comment = [*comment, line.strip()] if line.lstrip().startswith("#") else []
+    assert undocumented == []
+
+
+def test_chart_crds_equal_the_repositorys():
+    chart_crds = {path.name: path.read_text() for path in (CHART / "crds").glob("*.yaml")}
+    repo_crds = {path.name: path.read_text() for path in (REPO / "crds").glob("*.yaml")}
+    assert chart_crds == repo_crds and chart_crds
+    with helm.Chart.load(CHART) as chart:
+        assert [crd["filename"] for crd in chart.crds] == ["tessera/crds/embeddingjob.yaml"]
