@@ -84,12 +84,14 @@ def config_map(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan) -> Manifest:
 def network_policy(job: JobRef) -> Manifest:
     """Only the job's own pods may connect to its pods (gloo connects every rank to every
     other, so trainers are covered as well as the lock and partition servers)."""
-    own_pods = {"matchLabels": {LABEL_JOB: job.name}}
+    def own_pods() -> Manifest:
+        return {"matchLabels": {LABEL_JOB: job.name}}
+
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": child_metadata(job, network_policy_name(job.name),
                                        job_labels(job.name)),
-            "spec": {"podSelector": own_pods, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": own_pods}]}]}}
+            "spec": {"podSelector": own_pods(), "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": own_pods()}]}]}}
 
 
 def lock_server_service(job: JobRef) -> Manifest:
@@ -147,7 +149,7 @@ def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
         "name": role.value,
         "image": spec.image,
         "command": command(spec, role, rank),
-        "env": storage_env(spec),
+        "env": container_env(spec),
         "resources": copy.deepcopy(dict(resources)),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -165,7 +167,7 @@ def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
     return container
 
 
-def storage_env(spec: EmbeddingJobSpec) -> list[Manifest]:
+def container_env(spec: EmbeddingJobSpec) -> list[Manifest]:
     """The environment of every container: credentials only by reference to the Secret."""
     env: list[Manifest] = [{"name": "HOME", "value": "/tmp"},  # the root filesystem is read-only
                            {"name": "PYTHONUNBUFFERED", "value": "1"}]

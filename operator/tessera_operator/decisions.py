@@ -132,8 +132,9 @@ def next_action(job: JobView, pods: Sequence[ObservedPod], now: datetime) -> Act
 def _invalid_spec(job: JobView, pods: Sequence[ObservedPod]) -> Action:
     failed = cond.find(job.conditions, cond.FAILED) or {}
     doomed = tuple(sorted(pod.name for pod in pods if pod.active))
-    if failed.get("reason") == cond.INVALID_SPEC and failed.get("message") == job.spec_error \
-            and not doomed:
+    reported = failed.get("status") == "True" and failed.get("reason") == cond.INVALID_SPEC \
+        and failed.get("message") == redact(job.spec_error or "")
+    if reported and not doomed:
         return Action(ActionKind.WAIT)
     return Action(ActionKind.FAIL, cond.INVALID_SPEC, job.spec_error or "", delete_pods=doomed)
 
@@ -288,7 +289,7 @@ def _pod_failure(s: Situation) -> Action | None:
 
 def _first_broken_pod(s: Situation) -> tuple[ObservedPod, str] | None:
     by_name = {pod.name: pod for pod in s.current}
-    for name, (role, rank) in expected_pods(s.job.ref.name, s.spec).items():
+    for name, (role, _) in expected_pods(s.job.ref.name, s.spec).items():
         pod = by_name.get(name)
         if pod is None:
             return ObservedPod(name, role, s.job.run, "Vanished"), cond.POD_VANISHED
@@ -315,7 +316,7 @@ def _keep_waiting(s: Situation) -> Action:
 
 
 def _created_message(s: Situation, plan: RunPlan) -> str:
-    counts = {}
+    counts: dict[str, int] = {}
     for role, _ in expected_pods(s.job.ref.name, s.spec).values():
         counts[role.value] = counts.get(role.value, 0) + 1
     pods = ", ".join(f"{count} {role}" for role, count in counts.items())

@@ -133,7 +133,7 @@ def _loss_of_bucket(record: Mapping[str, Any]) -> dict[str, float]:
     """A verbose `bucket trained` event nests its loss in `stats.metrics.loss`."""
     stats = record.get("stats")
     metrics = stats.get("metrics") if isinstance(stats, Mapping) else None
-    loss = metrics.get("loss") if isinstance(metrics, Mapping) else None
+    loss: Any = metrics.get("loss") if isinstance(metrics, Mapping) else None
     return {"loss": float(loss)} if _is_number(loss) else {}
 
 

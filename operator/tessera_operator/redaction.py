@@ -23,7 +23,8 @@ _SECRET_NAMES = (
 _PATTERNS = (
     # name=value, name: value, "name": "value", 'name': 'value' (the value up to a separator).
     re.compile(rf"""(?ix)(?P<name>["']?\b(?:{_SECRET_NAMES})["']?\s*[:=]\s*)
-                    (?P<quote>["']?)(?P<value>[^\s"',;&}}]+)"""),
+                    (?P<quote>["']?)
+                    (?P<value>(?:(?:Bearer|Basic|Token|AWS4-HMAC-SHA256)\s+)?[^\s"',;&}}]+)"""),
     # user:password@ in URLs.
     re.compile(r"(?P<name>[a-z][a-z0-9+.-]*://)(?P<quote>)(?P<value>[^/\s:@]+:[^/\s@]+)@",
                re.IGNORECASE),

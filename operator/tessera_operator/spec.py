@@ -98,6 +98,7 @@ class EmbeddingJobSpec:
     affinity: Mapping[str, Any] = field(default_factory=dict)
     storage: StorageSpec = StorageSpec()
     run_policy: RunPolicy = RunPolicy()
+    config_source: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def distributed(self) -> bool:
@@ -105,8 +106,10 @@ class EmbeddingJobSpec:
         return self.trainers.replicas > 1 or self.partition_servers.replicas > 0
 
     def config_fingerprint(self) -> str:
-        """Changes exactly when the training config does (a change starts a new run)."""
-        return _fingerprint(self.config.to_dict())
+        """Changes exactly when `spec.config` is edited (an edit starts a new run). Taken
+        from the config as written, not with defaults filled in, so that a newer schema
+        with more keys does not look like an edit of every job."""
+        return _fingerprint(self.config_source)
 
     def pods_fingerprint(self) -> str:
         """Changes exactly when what the pods look like does (a change restarts them)."""
@@ -142,6 +145,7 @@ def parse_spec(raw: Any) -> EmbeddingJobSpec:
         affinity=_affinity(spec.get("affinity", {})),
         storage=_storage(spec.get("storage", {})),
         run_policy=_run_policy(spec.get("runPolicy", {})),
+        config_source=json.loads(json.dumps(spec["config"])),
     )
 
 

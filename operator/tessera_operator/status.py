@@ -17,6 +17,7 @@ credentials).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -50,8 +51,8 @@ def desired_status(job: JobView, pods: Sequence[ObservedPod], progress: Training
         "message": cond.phase_message(conditions),
         "observedGeneration": job.generation,
         "conditions": conditions,
-        **_bookkeeping(job, action, now),
-        "readyPods": _ready_pods(job, pods, action),
+        **_bookkeeping(job, action, now, _finished(conditions)),
+        "readyPods": _ready_pods(job, pods, action) or None,
         **_progress(job, progress, action),
     }
     return {key: value for key, value in status.items() if value is not None}
@@ -59,84 +60,99 @@ def desired_status(job: JobView, pods: Sequence[ObservedPod], progress: Training
 
 # --- conditions -------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class _ConditionWriter:
+    """Sets conditions at one moment, for one generation."""
+
+    now: datetime
+    generation: int
+
+    def put(self, conditions: Sequence[Condition], kind: str, value: bool, reason: str,
+            message: str) -> list[Condition]:
+        return cond.set_condition(conditions, kind, value, reason, message, self.now,
+                                  self.generation)
+
+    def clear(self, conditions: Sequence[Condition], kind: str, reason: str,
+              message: str) -> list[Condition]:
+        return cond.clear_condition(conditions, kind, reason, message, self.now, self.generation)
+
+
 def _conditions(job: JobView, pods: Sequence[ObservedPod], action: Action,
                 now: datetime) -> list[Condition]:
-    generation = job.generation
-
-    def put(conditions: list[Condition], kind: str, value: bool, reason: str,
-            message: str) -> list[Condition]:
-        return cond.set_condition(conditions, kind, value, reason, message, now, generation)
-
-    def clear(conditions: list[Condition], kind: str, reason: str,
-              message: str) -> list[Condition]:
-        return cond.clear_condition(conditions, kind, reason, message, now, generation)
-
-    found = [dict(c) for c in job.conditions]
-    found = _action_transition(found, action, put, clear)
+    write = _ConditionWriter(now, job.generation)
+    found = _action_transition(write, [dict(c) for c in job.conditions], action)
+    if job.spec is not None and cond.is_true(found, cond.FAILED) and \
+            cond.reason_of(found, cond.FAILED) == cond.INVALID_SPEC:
+        found = write.put(found, cond.FAILED, False, cond.SPEC_FIXED, "the spec is valid again")
+    finished = _finished(found)
     if action.kind in _STOPPING:
-        found = clear(found, cond.RUNNING, action.reason or cond.PODS_STOPPED, action.message)
-    elif job.spec is not None and not job.finished or action.kind in _REOPENING:
-        found = _observed_running(found, job, pods, action, put, clear)
-    return _suspension(found, job, action, put, clear)
+        found = write.clear(found, cond.RUNNING, action.reason or cond.PODS_STOPPED,
+                            action.message)
+    elif not finished:
+        found = _observed_running(write, found, job, pods, action)
+    return _suspension(write, found, job, action, finished)
 
 
-def _action_transition(found: list[Condition], action: Action, put: Any,
-                       clear: Any) -> list[Condition]:
+def _finished(conditions: Sequence[Condition]) -> bool:
+    return cond.is_true(conditions, cond.SUCCEEDED) or cond.is_true(conditions, cond.FAILED)
+
+
+def _action_transition(write: _ConditionWriter, found: list[Condition],
+                       action: Action) -> list[Condition]:
     kind, reason, message = action.kind, action.reason, action.message
     if kind is ActionKind.CREATE:
-        found = put(found, cond.CREATED, True, reason, message)
+        found = write.put(found, cond.CREATED, True, reason, message)
     elif kind in (ActionKind.RESTART, ActionKind.RESUME, ActionKind.NEW_RUN, ActionKind.SUSPEND):
-        found = put(found, cond.CREATED, False, reason, "the pods of the run were deleted")
+        found = write.put(found, cond.CREATED, False, reason, "the pods of the run were deleted")
     if kind is ActionKind.RESTART:
-        found = put(found, cond.RESTARTING, True, reason, message)
+        found = write.put(found, cond.RESTARTING, True, reason, message)
     elif kind in (ActionKind.NEW_RUN, ActionKind.RESUME, ActionKind.SUSPEND, ActionKind.FAIL,
                   ActionKind.SUCCEED):
-        found = clear(found, cond.RESTARTING, reason, message)
+        found = write.clear(found, cond.RESTARTING, reason, message)
     if kind is ActionKind.FAIL:
-        found = put(found, cond.FAILED, True, reason, message)
+        found = write.put(found, cond.FAILED, True, reason, message)
     if kind is ActionKind.SUCCEED:
-        found = put(found, cond.SUCCEEDED, True, reason, message)
+        found = write.put(found, cond.SUCCEEDED, True, reason, message)
     if kind in _REOPENING:
-        found = clear(found, cond.FAILED, reason, message)
-        found = clear(found, cond.SUCCEEDED, reason, message)
+        found = write.clear(found, cond.FAILED, reason, message)
+        found = write.clear(found, cond.SUCCEEDED, reason, message)
     return found
 
 
-def _observed_running(found: list[Condition], job: JobView, pods: Sequence[ObservedPod],
-                      action: Action, put: Any, clear: Any) -> list[Condition]:
+def _observed_running(write: _ConditionWriter, found: list[Condition], job: JobView,
+                      pods: Sequence[ObservedPod], action: Action) -> list[Condition]:
     """Running holds when every pod of the current run runs; else say what is missing."""
-    if job.spec is None or (job.spec.run_policy.suspend and action.kind is not ActionKind.CREATE):
-        return clear(found, cond.RUNNING, cond.JOB_SUSPENDED, "suspended")
+    if job.spec is None or job.spec.run_policy.suspend:
+        return write.clear(found, cond.RUNNING, cond.JOB_SUSPENDED, "suspended")
     run = action.plan.number if action.plan else job.run
     current = {pod.name: pod for pod in pods if pod.run == run}
     waiting = [current.get(name) or name for name in expected_pods(job.ref.name, job.spec)
                if not (name in current and current[name].running)]
     if not waiting:
-        found = put(found, cond.RUNNING, True, cond.PODS_RUNNING,
-                    f"run {run}: {len(current)} pod(s) running")
-        return clear(found, cond.RESTARTING, cond.RESTARTED, f"run {run} is running")
+        found = write.put(found, cond.RUNNING, True, cond.PODS_RUNNING,
+                          f"run {run}: {len(current)} pod(s) running")
+        return write.clear(found, cond.RESTARTING, cond.RESTARTED, f"run {run} is running")
     first = waiting[0]
-    detail = first.explanation() if isinstance(first, ObservedPod) else f"{first}: creating"
-    return put(found, cond.RUNNING, False, cond.PODS_PENDING,
-               f"run {run}: waiting for {len(waiting)} pod(s); {detail}")
+    detail = first.explanation() if isinstance(first, ObservedPod) \
+        else f"{first}: not created yet"
+    return write.put(found, cond.RUNNING, False, cond.PODS_PENDING,
+                     f"run {run}: waiting for {len(waiting)} pod(s); {detail}")
 
 
-def _suspension(found: list[Condition], job: JobView, action: Action, put: Any,
-                clear: Any) -> list[Condition]:
-    suspend = job.spec is not None and job.spec.run_policy.suspend
-    if suspend and action.kind not in (ActionKind.FAIL, ActionKind.SUCCEED) and \
-            not (job.finished and action.kind not in _REOPENING):
-        message = "suspended; the pods are stopped" if action.kind is not ActionKind.SUSPEND \
-            else action.message
-        return put(found, cond.SUSPENDED, True, cond.JOB_SUSPENDED, message)
-    if action.kind is ActionKind.RESUME:
-        return put(found, cond.SUSPENDED, False, action.reason, action.message)
-    return clear(found, cond.SUSPENDED, cond.JOB_RESUMED, "not suspended")
+def _suspension(write: _ConditionWriter, found: list[Condition], job: JobView, action: Action,
+                finished: bool) -> list[Condition]:
+    """Suspended holds while runPolicy.suspend does, unless the job has finished."""
+    if job.spec is not None and job.spec.run_policy.suspend and not finished:
+        message = action.message if action.kind is ActionKind.SUSPEND \
+            else "suspended; the pods are stopped"
+        return write.put(found, cond.SUSPENDED, True, cond.JOB_SUSPENDED, message)
+    message = action.message if action.kind is ActionKind.RESUME else "not suspended"
+    return write.clear(found, cond.SUSPENDED, cond.JOB_RESUMED, message)
 
 
 # --- bookkeeping ------------------------------------------------------------------------------
 
-def _bookkeeping(job: JobView, action: Action, now: datetime) -> dict[str, Any]:
+def _bookkeeping(job: JobView, action: Action, now: datetime, finished: bool) -> dict[str, Any]:
     kind = action.kind
     start = job.status.get("startTime")
     if kind in (ActionKind.NEW_RUN, ActionKind.RESUME):
@@ -144,9 +160,9 @@ def _bookkeeping(job: JobView, action: Action, now: datetime) -> dict[str, Any]:
     elif kind is ActionKind.CREATE and start is None:
         start = cond.format_time(now)
     completion = job.status.get("completionTime")
-    if kind in (ActionKind.FAIL, ActionKind.SUCCEED):
+    if kind in (ActionKind.FAIL, ActionKind.SUCCEED) or (finished and completion is None):
         completion = cond.format_time(now)
-    elif kind in _REOPENING:
+    elif not finished:
         completion = None
     restarts = job.restarts
     if action.counts_against_backoff:

@@ -1,0 +1,260 @@
+"""The children of a run: golden manifests, valid objects, locked-down pods, no credentials.
+
+The golden files under golden/ are the children of the first run of each example in
+crds/examples. After an intended change, regenerate them with
+
+    TESSERA_UPDATE_GOLDEN=1 python -m pytest tests/operator/test_children.py
+
+and review the diff like code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from operator_support import NAMESPACE, UID, example_jobs, job_object
+
+from tessera.config import parse_config
+from tessera_operator.children import SECRET_KEYS, children, command
+from tessera_operator.job import view_job
+from tessera_operator.labels import JobRef, Role
+from tessera_operator.run_config import (
+    CONFIG_PATH,
+    RunPlan,
+    first_plan,
+    restarted_plan,
+    retraining_plan,
+    run_config,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES_DIR = Path(__file__).parents[2] / "crds" / "examples"
+UPDATE_GOLDEN = os.environ.get("TESSERA_UPDATE_GOLDEN") == "1"
+KUBERNETES_VERSION = "1.30"
+EXAMPLES = example_jobs()
+
+
+def first_run_children(job: dict[str, Any]) -> list[dict[str, Any]]:
+    view = view_job(job)
+    assert view.spec is not None, view.spec_error
+    return children(view.ref, view.spec, first_plan(view.spec))
+
+
+def pods_of(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == "Pod"]
+
+
+def all_children() -> list[tuple[str, dict[str, Any]]]:
+    return [(name, child) for name, job in {**EXAMPLES, "demo": job_object()}.items()
+            for child in first_run_children(job)]
+
+
+CHILDREN = all_children()
+CHILD_IDS = [f"{name}/{child['kind']}/{child['metadata']['name']}" for name, child in CHILDREN]
+
+
+class _ReadableDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the config file) as YAML blocks, so diffs read well."""
+
+
+_ReadableDumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_children_match_the_golden_manifests(example: str) -> None:
+    objects = first_run_children(EXAMPLES[example])
+    text = yaml.dump_all(objects, Dumper=_ReadableDumper, sort_keys=False, width=100)
+    assert list(yaml.safe_load_all(text)) == objects  # the golden file is the manifests
+    golden = GOLDEN / f"{example}.yaml"
+    if UPDATE_GOLDEN:
+        GOLDEN.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"{golden} is missing: run with TESSERA_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), (
+        f"the children of {example} changed; if intended, regenerate {golden.name} with "
+        "TESSERA_UPDATE_GOLDEN=1 and review the diff")
+
+
+@pytest.mark.parametrize(("example", "child"), CHILDREN, ids=CHILD_IDS)
+def test_every_child_is_a_valid_kubernetes_object(example: str, child: dict[str, Any]) -> None:
+    kubernetes_validate.validate(child, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(("example", "child"), CHILDREN, ids=CHILD_IDS)
+def test_every_child_is_labelled_and_owned_by_its_job(example: str, child: dict[str, Any]) -> None:
+    job = {**EXAMPLES, "demo": job_object()}[example]["metadata"]["name"]
+    metadata = child["metadata"]
+    assert metadata["name"].startswith(f"{job}-") and metadata["namespace"] == NAMESPACE
+    assert {"app.kubernetes.io/name": "tessera", "app.kubernetes.io/instance": job,
+            "tessera.dev/job": job}.items() <= metadata["labels"].items()
+    assert metadata["ownerReferences"] == [{
+        "apiVersion": "tessera.dev/v1alpha1", "kind": "EmbeddingJob", "name": job, "uid": UID,
+        "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_names_are_deterministic_and_distinct() -> None:
+    objects = first_run_children(EXAMPLES["partitioned"])
+    names = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert names == [
+        ("ConfigMap", "freebase-config"), ("NetworkPolicy", "freebase-isolation"),
+        ("Service", "freebase-lock-server"), ("Service", "freebase-partition-servers"),
+        ("Pod", "freebase-lock-server"), ("Pod", "freebase-partition-server-0"),
+        ("Pod", "freebase-partition-server-1"), ("Pod", "freebase-trainer-0"),
+        ("Pod", "freebase-trainer-1")]
+    assert names == [(o["kind"], o["metadata"]["name"])
+                     for o in first_run_children(EXAMPLES["partitioned"])]
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES) + ["demo"])
+def test_every_pod_is_locked_down(example: str) -> None:
+    for pod in pods_of(first_run_children({**EXAMPLES, "demo": job_object()}[example])):
+        spec = pod["spec"]
+        (container,) = spec["containers"]
+        assert spec["restartPolicy"] == "Never"
+        assert spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] > 0
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        context = container["securityContext"]
+        assert context["runAsNonRoot"] is True
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["privileged"] is False
+        assert context["capabilities"] == {"drop": ["ALL"]}
+        assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
+        assert volumes[mounts["/tmp"]]["emptyDir"] == {}
+        assert volumes[mounts["/etc/tessera"]]["configMap"]["name"].endswith("-config")
+
+
+def test_commands_per_role() -> None:
+    single = pods_of(first_run_children(EXAMPLES["minimal"]))
+    assert [p["spec"]["containers"][0]["command"] for p in single] == [
+        ["tessera", "train", "/etc/tessera/config.json", "--log-format", "json"]]
+    commands = {p["metadata"]["name"]: p["spec"]["containers"][0]["command"]
+                for p in pods_of(first_run_children(EXAMPLES["partitioned"]))}
+    assert commands == {
+        "freebase-lock-server": ["tessera", "lock-server", CONFIG_PATH, "--log-format", "json"],
+        "freebase-partition-server-0": ["tessera", "partition-server", CONFIG_PATH, "--rank",
+                                        "0", "--log-format", "json"],
+        "freebase-partition-server-1": ["tessera", "partition-server", CONFIG_PATH, "--rank",
+                                        "1", "--log-format", "json"],
+        "freebase-trainer-0": ["tessera", "train", CONFIG_PATH, "--rank", "0", "--log-format",
+                               "json"],
+        "freebase-trainer-1": ["tessera", "train", CONFIG_PATH, "--rank", "1", "--log-format",
+                               "json"]}
+    spec = view_job(EXAMPLES["minimal"]).spec
+    assert spec is not None and "--rank" not in command(spec, Role.TRAINER, 0)
+
+
+def test_pod_labels_carry_role_rank_and_run() -> None:
+    view = view_job(EXAMPLES["partitioned"])
+    assert view.spec is not None
+    plan = RunPlan(7, "s3://b/c", None)
+    labels = {p["metadata"]["name"]: p["metadata"]["labels"]
+              for p in pods_of(children(view.ref, view.spec, plan))}
+    assert labels["freebase-partition-server-1"]["tessera.dev/role"] == "partition-server"
+    assert labels["freebase-partition-server-1"]["tessera.dev/rank"] == "1"
+    assert "tessera.dev/rank" not in labels["freebase-lock-server"]
+    assert {label["tessera.dev/run"] for label in labels.values()} == {"7"}
+
+
+def test_storage_credentials_come_only_from_the_secret() -> None:
+    for pod in pods_of(first_run_children(EXAMPLES["s3-secret"])):
+        env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+        for key in SECRET_KEYS:
+            assert env[key] == {"name": key, "valueFrom": {"secretKeyRef": {
+                "name": "tessera-s3", "key": key}}}
+        assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio.storage.svc:9000"
+    for pod in pods_of(first_run_children(EXAMPLES["minimal"])):
+        names = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+        assert not names & {*SECRET_KEYS, "AWS_ENDPOINT_URL"}
+
+
+def test_no_secret_value_appears_in_any_manifest() -> None:
+    secrets = [document["stringData"]["AWS_SECRET_ACCESS_KEY"]
+               for path in sorted(EXAMPLES_DIR.glob("*.yaml"))
+               for document in yaml.safe_load_all(path.read_text())
+               if document["kind"] == "Secret"]
+    assert secrets == ["change-me"]
+    text = json.dumps([child for _, child in CHILDREN])
+    assert "change-me" not in text
+    # Two single-trainer jobs (s3-secret and demo) name a Secret: one reference per key each.
+    assert text.count("secretKeyRef") == 2 * len(SECRET_KEYS)
+    for _, child in CHILDREN:
+        if child["kind"] == "ConfigMap":
+            config = json.loads(child["data"]["config.json"])
+            assert config["storage_options"] == {}
+
+
+def test_network_policy_admits_only_the_jobs_pods() -> None:
+    (policy,) = [o for o in first_run_children(EXAMPLES["partitioned"])
+                 if o["kind"] == "NetworkPolicy"]
+    own = {"matchLabels": {"tessera.dev/job": "freebase"}}
+    assert policy["spec"] == {"podSelector": own, "policyTypes": ["Ingress"],
+                              "ingress": [{"from": [{"podSelector": own}]}]}
+    servers = [p for p in pods_of(first_run_children(EXAMPLES["partitioned"]))
+               if p["metadata"]["labels"]["tessera.dev/role"] != "trainer"]
+    assert len(servers) == 3
+    assert all(p["metadata"]["labels"]["tessera.dev/job"] == "freebase" for p in servers)
+
+
+def test_partition_servers_get_a_dns_name_per_rank() -> None:
+    objects = first_run_children(EXAMPLES["partitioned"])
+    (service,) = [o for o in objects if o["metadata"]["name"] == "freebase-partition-servers"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"tessera.dev/job": "freebase",
+                                           "tessera.dev/role": "partition-server"}
+    server = [p for p in pods_of(objects) if p["metadata"]["name"].endswith("server-1")][0]
+    assert (server["spec"]["hostname"], server["spec"]["subdomain"]) == (
+        "freebase-partition-server-1", "freebase-partition-servers")
+
+
+# --- the run's config file --------------------------------------------------------------------
+
+def test_config_file_is_a_valid_config_with_the_operators_keys() -> None:
+    view = view_job(EXAMPLES["partitioned"])
+    assert view.spec is not None
+    (config_map,) = [o for o in children(view.ref, view.spec, first_plan(view.spec))
+                     if o["kind"] == "ConfigMap"]
+    written = json.loads(config_map["data"]["config.json"])
+    assert parse_config(written).to_dict() == written
+    assert (written["num_machines"], written["num_partition_servers"]) == (2, 2)
+    assert written["distributed_init_method"] == "tcp://freebase-lock-server.ml.svc:29500"
+    assert written["checkpoint_path"] == "s3://tessera-examples/freebase/checkpoints"
+    assert written["dimension"] == 400 and written["workers"] == 8
+
+
+def test_single_trainer_config_has_no_rendezvous() -> None:
+    view = view_job(EXAMPLES["minimal"])
+    assert view.spec is not None
+    written = run_config(view.ref, view.spec, first_plan(view.spec))
+    assert (written["num_machines"], written["num_partition_servers"]) == (1, 0)
+    assert written["distributed_init_method"] is None
+
+
+def test_run_plans() -> None:
+    view = view_job(job_object())
+    assert view.spec is not None
+    first = first_plan(view.spec)
+    assert first == RunPlan(1, "s3://bucket/demo/checkpoints", None)
+    assert restarted_plan(first) == RunPlan(2, "s3://bucket/demo/checkpoints", None)
+    retrained = retraining_plan(view.spec, restarted_plan(first), 4, generation=3)
+    assert retrained == RunPlan(3, "s3://bucket/demo/checkpoints/generation_3",
+                                "s3://bucket/demo/checkpoints")
+    # Without a committed checkpoint, the new run starts where the previous one did.
+    assert retraining_plan(view.spec, retrained, None, generation=4) == RunPlan(
+        4, "s3://bucket/demo/checkpoints/generation_4", "s3://bucket/demo/checkpoints")
+    written = run_config(JobRef("demo", NAMESPACE, UID), view.spec, retrained)
+    assert (written["checkpoint_path"], written["init_path"]) == (
+        retrained.checkpoint_path, retrained.init_path)

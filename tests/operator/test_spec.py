@@ -1,0 +1,203 @@
+"""Checking EmbeddingJob specs: defaults, errors that name the field, credentials kept out."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from operator_support import CONFIG, example_jobs, job_object
+
+from tessera.errors import ConfigError
+from tessera_operator.job import view_job
+from tessera_operator.spec import DEFAULT_BACKOFF_LIMIT, parse_spec
+
+
+def base_spec() -> dict[str, Any]:
+    return copy.deepcopy(job_object()["spec"])
+
+
+def changed(path: str, value: Any) -> dict[str, Any]:
+    """The base spec with the dotted `path` (list items by index) set, or deleted for
+    `DELETE`."""
+    spec = base_spec()
+    *parents, last = path.split(".")
+    node: Any = spec
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    if value is DELETE:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return spec
+
+
+DELETE = object()
+
+
+def test_examples_parse_with_their_values() -> None:
+    specs = {name: parse_spec(job["spec"]) for name, job in example_jobs().items()}
+    assert set(specs) == {"minimal", "partitioned", "s3-secret"}
+    minimal, partitioned, s3 = specs["minimal"], specs["partitioned"], specs["s3-secret"]
+    assert (minimal.trainers.replicas, minimal.partition_servers.replicas) == (1, 0)
+    assert not minimal.distributed and minimal.run_policy.backoff_limit == DEFAULT_BACKOFF_LIMIT
+    assert minimal.run_policy.suspend is False and minimal.storage.secret_name is None
+    assert minimal.config.num_epochs == 10 and minimal.config.comparator == "dot"
+    assert partitioned.distributed and partitioned.partition_servers.replicas == 2
+    assert partitioned.trainers.resources == {"requests": {"cpu": "8", "memory": "32Gi"},
+                                              "limits": {"memory": "40Gi"}}
+    assert partitioned.node_selector == {"node-pool": "training"}
+    assert partitioned.tolerations[0]["key"] == "dedicated"
+    assert partitioned.run_policy.active_deadline_seconds == 86400
+    assert partitioned.image_pull_policy == "IfNotPresent"
+    assert (s3.storage.secret_name, s3.storage.endpoint) == (
+        "tessera-s3", "http://minio.storage.svc:9000")
+    assert s3.run_policy.ttl_seconds_after_finished == 86400
+
+
+INVALID = [
+    ("config.relations.0.lhs", "usr", "spec.config.relations[0].lhs",
+     "unknown entity type 'usr' (did you mean 'user'?)"),
+    ("config.dimension", DELETE, "spec.config.dimension", "required key is missing"),
+    ("config.num_epochs", "ten", "spec.config.num_epochs", "expected an integer"),
+    ("config.entities.user.partitions", 2, "spec.config.entities.user.partitions",
+     "unknown key"),
+    ("config", [1], "spec.config", "expected a mapping"),
+    ("config", DELETE, "spec.config", "required field is missing"),
+    ("config.num_machines", 2, "spec.config.num_machines", "spec.trainers.replicas is 1"),
+    ("config.num_partition_servers", -1, "spec.config.num_partition_servers",
+     "spec.partitionServers.replicas is 0"),
+    ("config.distributed_init_method", "tcp://x:1", "spec.config.distributed_init_method",
+     "remove it"),
+    ("config.storage_options", {"secret": "s3cr3t"}, "spec.config.storage_options.secret",
+     "spec.storage.secretRef"),
+    ("config.storage_options", {"client_kwargs": {"aws_secret_access_key": "s3cr3t"}},
+     "spec.config.storage_options.client_kwargs.aws_secret_access_key", "Secret"),
+    ("config.checkpoint_path", "s3://AKIAEXAMPLE:s3cr3t@bucket/ckpt", "spec.config.checkpoint_path",
+     "credentials must not be written"),
+    ("config.edge_paths", ["s3://b/ok", "https://u:p@host/edges"], "spec.config.edge_paths[1]",
+     "credentials"),
+    ("image", DELETE, "spec.image", "required field is missing"),
+    ("image", " ", "spec.image", "non-empty string"),
+    ("imagePullPolicy", "Sometimes", "spec.imagePullPolicy", "not one of Always"),
+    ("imagePullSecrets", [{"nam": "x"}], "spec.imagePullSecrets[0].nam", "did you mean 'name'"),
+    ("trainers.replicas", 0, "spec.trainers.replicas", "must be at least 1"),
+    ("trainers.replicas", "2", "spec.trainers.replicas", "expected an integer"),
+    ("trainers.replicas", True, "spec.trainers.replicas", "expected an integer"),
+    ("trainers.replica", 2, "spec.trainers.replica", "did you mean 'replicas'"),
+    ("trainers.resources.limits", {"memory": "4 GB"}, "spec.trainers.resources.limits.memory",
+     "not a Kubernetes quantity"),
+    ("trainers.resources.claims", [], "spec.trainers.resources.claims", "unknown field"),
+    ("partitionServers.replicas", -1, "spec.partitionServers.replicas", "at least 0"),
+    ("lockServer.replicas", 2, "spec.lockServer.replicas", "unknown field"),
+    ("nodeSelector", {"pool": 3}, "spec.nodeSelector.pool", "expected a string"),
+    ("tolerations", [{"key": "gpu", "operatr": "Exists"}], "spec.tolerations[0].operatr",
+     "did you mean 'operator'"),
+    ("tolerations", {"key": "gpu"}, "spec.tolerations", "expected a list"),
+    ("affinity", {"nodeAfinity": {}}, "spec.affinity.nodeAfinity", "did you mean"),
+    ("storage.secretRef", {}, "spec.storage.secretRef.name", "required field is missing"),
+    ("storage.secretRef", {"name": "S3_Creds"}, "spec.storage.secretRef.name",
+     "not a valid Secret name"),
+    ("storage.endpoint", "minio:9000", "spec.storage.endpoint", "http(s) URL"),
+    ("storage.endpoint", "http://admin:pw@minio:9000", "spec.storage.endpoint",
+     "remove the user:password part"),
+    ("storage.accessKey", "AKIA", "spec.storage.accessKey", "unknown field"),
+    ("runPolicy.backoffLimit", -1, "spec.runPolicy.backoffLimit", "at least 0"),
+    ("runPolicy.activeDeadlineSeconds", 0, "spec.runPolicy.activeDeadlineSeconds",
+     "at least 1"),
+    ("runPolicy.ttlSecondsAfterFinished", 1.5, "spec.runPolicy.ttlSecondsAfterFinished",
+     "expected an integer"),
+    ("runPolicy.suspend", "yes", "spec.runPolicy.suspend", "expected true or false"),
+    ("replicas", 2, "spec.replicas", "unknown field"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field", "problem"), INVALID,
+                         ids=[f"{path}={value!r}" for path, value, _, _ in INVALID])
+def test_errors_name_the_field(path: str, value: Any, field: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_spec(changed(path, value))
+    assert raised.value.path == field
+    assert problem in str(raised.value)
+    assert str(raised.value).startswith(f"{field}: ")
+
+
+def test_a_spec_that_is_not_a_mapping() -> None:
+    with pytest.raises(ConfigError, match="^spec: expected a mapping"):
+        parse_spec(None)
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("config.num_machines", 1),
+    ("config.num_partition_servers", 0),
+    ("config.storage_options", {"token": "anon"}),
+    ("config.storage_options", {"client_kwargs": {"endpoint_url": "http://minio:9000"}}),
+    ("trainers.resources", {"requests": {"cpu": 2, "memory": "1.5Gi"}, "limits": {"cpu": "500m"}}),
+    ("storage", {}),
+    ("runPolicy", {"backoffLimit": 0, "ttlSecondsAfterFinished": 0, "suspend": True}),
+])
+def test_valid_variations_are_accepted(path: str, value: Any) -> None:
+    parse_spec(changed(path, value))
+
+
+# Which fingerprint an edit changes: the config's starts a new run, the pods' restarts them,
+# the run policy's neither.
+FINGERPRINTS = [
+    ("config.num_epochs", 50, True, False),
+    ("config.edge_paths", ["s3://bucket/demo/edges-v2"], True, False),
+    ("config.lr", 0.01, True, False),  # PBG's default, but written out: an edit
+    ("config.relations.0.operator", "translation", True, False),
+    ("image", "tessera-trainer:0.2.0", False, True),
+    ("trainers.resources", {"limits": {"memory": "8Gi"}}, False, True),
+    ("nodeSelector", {"pool": "big"}, False, True),
+    ("storage.endpoint", "http://other:9000", False, True),
+    ("runPolicy.suspend", True, False, False),
+    ("runPolicy.backoffLimit", 9, False, False),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "config_changes", "pods_change"), FINGERPRINTS,
+                         ids=[f"{path}" for path, *_ in FINGERPRINTS])
+def test_fingerprints_follow_what_changed(path: str, value: Any, config_changes: bool,
+                                          pods_change: bool) -> None:
+    before, after = parse_spec(base_spec()), parse_spec(changed(path, value))
+    assert (before.config_fingerprint() != after.config_fingerprint()) is config_changes
+    assert (before.pods_fingerprint() != after.pods_fingerprint()) is pods_change
+
+
+def test_the_order_of_config_keys_is_no_edit() -> None:
+    spec = base_spec()
+    reordered = {**spec, "config": dict(reversed(list(spec["config"].items())))}
+    assert list(reordered["config"]) != list(spec["config"])
+    assert parse_spec(reordered).config_fingerprint() == parse_spec(spec).config_fingerprint()
+
+
+@pytest.mark.parametrize("name", ["Demo", "1st-job", "a.b", "x" * 41, "ends-"])
+def test_job_names_that_would_make_invalid_child_names(name: str) -> None:
+    view = view_job(job_object(name=name))
+    assert view.spec is None
+    assert view.spec_error is not None and view.spec_error.startswith("metadata.name: ")
+
+
+def test_view_keeps_the_error_instead_of_raising() -> None:
+    spec = base_spec()
+    spec["config"] = {**CONFIG, "relations": [{"name": "r", "lhs": "user", "rhs": "itme"}]}
+    view = view_job(job_object(spec))
+    assert view.spec is None
+    assert view.spec_error == ("spec.config.relations[0].rhs: unknown entity type 'itme' (did "
+                               "you mean 'item'?); declared types are: item, user")
+
+
+def test_the_operator_never_imports_torch() -> None:
+    modules = ["children", "conditions", "decisions", "job", "labels", "pods", "progress",
+               "redaction", "run_config", "spec", "status"]
+    code = "; ".join([*(f"import tessera_operator.{m}" for m in modules),
+                      "import sys", "print(sorted(m for m in sys.modules if m == 'torch' "
+                      "or m.startswith('torch.')))"])
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True)
+    assert found.stdout.strip() == "[]"

@@ -1,0 +1,124 @@
+"""desired_status details: merge patches, ready pods, progress kept over short log tails, and
+agreement with the status schema of the CRD."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import pytest
+from operator_support import START, job_object, pod_object
+
+from tessera_operator import crd
+from tessera_operator.decisions import Action, ActionKind, next_action
+from tessera_operator.job import view_job
+from tessera_operator.pods import observe_pod
+from tessera_operator.progress import parse_progress
+from tessera_operator.status import desired_status, status_patch
+
+
+def closed(node: dict[str, Any]) -> dict[str, Any]:
+    """The CRD schema node as the API server enforces it: objects with properties are closed
+    (pruning plus strict field validation), nullable means null is allowed."""
+    out = {key: value for key, value in node.items() if not key.startswith("x-kubernetes")}
+    if out.pop("nullable", False):
+        out["type"] = [out["type"], "null"]
+    if "properties" in out:
+        out["properties"] = {name: closed(child) for name, child in out["properties"].items()}
+        if not node.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    if isinstance(out.get("items"), dict):
+        out["items"] = closed(out["items"])
+    return out
+
+
+def distributed_job(**status: Any) -> dict[str, Any]:
+    job = job_object()
+    job["spec"]["trainers"] = {"replicas": 2}
+    job["spec"]["partitionServers"] = {"replicas": 1}
+    if status:
+        job["status"] = status
+    return job
+
+
+def test_patch_is_none_when_nothing_changed_and_removes_what_went() -> None:
+    current = {"phase": "Running", "progress": {"epoch": 2, "loss": 0.5},
+               "completionTime": "2025-03-01T12:00:00Z", "kopf": {"progress": {}}}
+    assert status_patch(current, {"phase": "Running",
+                                  "progress": {"epoch": 2, "loss": 0.5},
+                                  "completionTime": "2025-03-01T12:00:00Z"}) is None
+    assert status_patch(current, {"phase": "Running", "progress": {"epoch": 3}}) == {
+        "completionTime": None, "progress": {"epoch": 3, "loss": None}}
+
+
+def test_ready_pods_count_running_pods_of_the_current_run_per_role() -> None:
+    view = view_job(distributed_job())
+    action = next_action(view, [], START)
+    status = desired_status(view, [], None, action, START)
+    assert status["readyPods"] == {"lockServer": 0, "partitionServers": 0, "trainers": 0}
+    pods = [observe_pod(pod_object(name, role=role, run=run, phase=phase)) for name, role, run,
+            phase in [("demo-lock-server", "lock-server", 1, "Running"),
+                      ("demo-partition-server-0", "partition-server", 1, "Pending"),
+                      ("demo-trainer-0", "trainer", 1, "Running"),
+                      ("demo-trainer-1", "trainer", 1, "Running"),
+                      ("demo-trainer-9", "trainer", 0, "Running")]]
+    view = view_job(distributed_job(**status))
+    status = desired_status(view, pods, None, next_action(view, pods, START), START)
+    assert status["readyPods"] == {"lockServer": 1, "partitionServers": 0, "trainers": 2}
+
+
+def test_what_a_short_log_tail_does_not_say_keeps_its_value() -> None:
+    view = view_job(job_object())
+    pods = [observe_pod(pod_object("demo-trainer-0"))]
+    first = parse_progress(['{"progress": "train", "done": 1, "total": 4, "mrr": 0.5, '
+                            '"epoch": "1/5", "loss": 0.9}'])
+    status = desired_status(view, pods, first, Action(ActionKind.WAIT), START)
+    later = parse_progress(['{"progress": "train", "done": 3, "total": 4, "loss": 0.4}'])
+    view = view_job(job_object(status=status))
+    status = desired_status(view, pods, later, Action(ActionKind.WAIT), START)
+    assert status["metrics"] == {"mrr": 0.5}
+    assert (status["progress"]["epochs"], status["progress"]["loss"],
+            status["progress"]["percentComplete"]) == ("1/5", 0.4, "75%")
+
+
+def test_an_invalid_spec_gives_a_failed_status_without_a_run() -> None:
+    job = job_object()
+    job["spec"]["image"] = ""
+    view = view_job(job)
+    status = desired_status(view, [], None, next_action(view, [], START), START)
+    assert status["phase"] == "Failed"
+    assert status["message"] == "spec.image: expected a non-empty string, got ''"
+    assert "run" not in status and "startTime" not in status
+    assert status["completionTime"] == "2025-03-01T12:00:00Z"
+
+
+def pods_whose_trainers_are(phase: str, exit_code: int | None) -> list[Any]:
+    servers = [pod_object("demo-lock-server", role="lock-server"),
+               pod_object("demo-partition-server-0", role="partition-server")]
+    trainers = [pod_object(f"demo-trainer-{rank}", phase=phase, exit_code=exit_code,
+                           message="tessera train: error: bad") for rank in (0, 1)]
+    return [observe_pod(pod) for pod in servers + trainers]
+
+
+MOMENTS = {"created": ("Pending", None), "running": ("Running", ("Running", None)),
+           "succeeded": ("Succeeded", ("Succeeded", 0)), "failed": ("Failed", ("Failed", 65))}
+
+
+@pytest.mark.parametrize("moment", sorted(MOMENTS))
+def test_statuses_fit_the_crds_status_schema(moment: str) -> None:
+    phase, trainers = MOMENTS[moment]
+    progress = parse_progress(['{"time": 1740830400.0, "progress": "train", "done": 5, '
+                               '"total": 10, "rate": 3.5, "epoch": "1/5", "loss": 0.1, '
+                               '"mrr": 0.2, "buckets_done": 2, "buckets_total": 4}'])
+    view = view_job(distributed_job())
+    status = desired_status(view, [], None, next_action(view, [], START), START)
+    if trainers is not None:
+        view = view_job(distributed_job(**status))
+        pods = pods_whose_trainers_are(*trainers)
+        status = desired_status(view, pods, progress, next_action(view, pods, START), START)
+    assert status["phase"] == phase
+    # `run` is the operator's bookkeeping; the CRD's status schema must list it too.
+    checked = {key: value for key, value in status.items() if key != "run"}
+    validator = jsonschema.Draft4Validator(closed(crd.status_schema()))
+    assert [error.message for error in validator.iter_errors(checked)] == []
+    assert list(validator.iter_errors({**checked, "state": phase}))  # the schema is closed
