@@ -50,9 +50,9 @@ from .spec import EmbeddingJobSpec
 
 Manifest = dict[str, Any]
 
-# The trainer image's non-root user (distroless' "nonroot"); fixed so that `runAsNonRoot`
-# can be verified whatever the image's USER line says.
-POD_USER = 65532
+# The trainer image's unprivileged user (the Dockerfile's `tessera`, uid 10001), stated so
+# that the kubelet can verify `runAsNonRoot` whatever image the spec names.
+POD_USER = 10001
 POD_SECURITY_CONTEXT: Manifest = {
     "runAsNonRoot": True, "runAsUser": POD_USER, "runAsGroup": POD_USER, "fsGroup": POD_USER,
     "seccompProfile": {"type": "RuntimeDefault"}}

@@ -97,7 +97,7 @@ def fold_record(progress: TrainingProgress, record: Mapping[str, Any]) -> Traini
     changes.update(_epoch(record.get("epoch")))
     changes.update(_loss_of_bucket(record))
     metrics = {**progress.metrics, **_metrics(record),
-               **_metrics(record.get("eval_stats_after") or {})}
+               **_metrics(record.get("eval_stats_after") or {}), **_metrics(_eval_fields(record))}
     if metrics != progress.metrics:
         changes["metrics"] = metrics
     if record.get("event") == FINISHED_EVENT:
@@ -135,6 +135,12 @@ def _loss_of_bucket(record: Mapping[str, Any]) -> dict[str, float]:
     metrics = stats.get("metrics") if isinstance(stats, Mapping) else None
     loss: Any = metrics.get("loss") if isinstance(metrics, Mapping) else None
     return {"loss": float(loss)} if _is_number(loss) else {}
+
+
+def _eval_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's summary names its last evaluation's metrics `eval_mrr`, `eval_hits@10`..."""
+    return {key.removeprefix("eval_"): value for key, value in record.items()
+            if key.startswith("eval_")}
 
 
 def _metrics(values: Any) -> dict[str, float]:

@@ -21,8 +21,9 @@ _SECRET_NAMES = (
     r"x-amz-credential|x-amz-signature|x-amz-security-token|signature|credential"
 )
 _PATTERNS = (
-    # name=value, name: value, "name": "value", 'name': 'value' (the value up to a separator).
-    re.compile(rf"""(?ix)(?P<name>["']?\b(?:{_SECRET_NAMES})["']?\s*[:=]\s*)
+    # name=value, name: value, "name": "value", 'name': 'value' (the value up to a separator);
+    # not a dotted field path (`spec.storage.secretRef.password: unknown field`).
+    re.compile(rf"""(?ix)(?P<name>(?<!\.)["']?\b(?:{_SECRET_NAMES})["']?\s*[:=]\s*)
                     (?P<quote>["']?)
                     (?P<value>(?:(?:Bearer|Basic|Token|AWS4-HMAC-SHA256)\s+)?[^\s"',;&}}]+)"""),
     # user:password@ in URLs.

@@ -84,3 +84,13 @@ def test_an_empty_log_says_nothing() -> None:
     assert TrainingProgress().fraction_done is None
     assert parse_progress([json.dumps({"progress": "train", "done": 5, "total": 0})]
                           ).fraction_done is None
+
+
+def test_a_summary_with_the_last_evaluation() -> None:
+    progress = parse_progress([
+        '{"event": "training finished", "edges": 900, "seconds": 3.0, "edges_per_s": 300, '
+        '"loss": null, "eval_count": 50, "eval_mrr": 0.61, "eval_hits@1": 0.5, '
+        '"eval_hits@10": 0.9, "eval_mean_rank": 2.5, "checkpoint_version": 4, '
+        '"checkpoint": "s3://b/c"}'])
+    assert progress.finished and progress.checkpoint_version == 4 and progress.loss is None
+    assert progress.metrics == {"mrr": 0.61, "hitsAt1": 0.5, "hitsAt10": 0.9, "meanRank": 2.5}

@@ -33,6 +33,7 @@ def test_redact(text: str, expected: str) -> None:
     "run 2: created 1 trainer pod(s), checkpoints in s3://b/c",
     "demo-trainer-0: OOMKilled, exit code 137",
     "tokens: 5, keys: 3",
+    "spec.config.storage_options.secret: credentials must not be written in an EmbeddingJob",
 ])
 def test_harmless_text_is_unchanged(text: str) -> None:
     assert redact(text) == text and REDACTED not in redact(text)

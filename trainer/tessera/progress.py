@@ -39,6 +39,17 @@ class Reporter:
             details = "  ".join(f"{k}={_human(v)}" for k, v in fields.items())
             self._write_line(f"{message}  {details}".rstrip())
 
+    def summary(self, title: str, rows: dict[str, Any]) -> None:
+        """A final summary: an aligned table on a terminal, one JSON record otherwise."""
+        if self.mode == "quiet":
+            return
+        if self.mode == "json":
+            self._write_json({"event": title, **rows})
+            return
+        width = max(map(len, rows), default=0)
+        lines = [title] + [f"  {key:<{width}}  {_human(value)}" for key, value in rows.items()]
+        self._write_line("\n".join(lines))
+
     @contextmanager
     def task(self, name: str, total: float | None = None, unit: str = "items") -> Iterator[Task]:
         """Track one long task; a summary line is written when it ends."""

@@ -150,11 +150,14 @@ class TrainingRun:
             checkpoint_path=self.config.checkpoint_path,
             last_loss=last.loss if last else None,
             last_eval=last.eval_after if last else None)
-        self.reporter.event("training finished", edges=summary.edges,
-                            seconds=round(seconds, 2),
-                            edges_per_s=round(summary.edges_per_second),
-                            checkpoint_version=summary.checkpoint_version,
-                            checkpoint=summary.checkpoint_path)
+        rows: dict[str, Any] = {
+            "edges": summary.edges, "seconds": round(seconds, 2),
+            "edges_per_s": round(summary.edges_per_second),
+            "loss": None if summary.last_loss is None else round(summary.last_loss, 5)}
+        rows.update({f"eval_{k}": round(v, 4) for k, v in (summary.last_eval or {}).items()})
+        rows.update(checkpoint_version=summary.checkpoint_version,
+                    checkpoint=summary.checkpoint_path)
+        self.reporter.summary("training finished", rows)
         return summary
 
     def _train_step(self, trainer: BucketTrainer, position: ChunkPosition, bucket: Any,
