@@ -273,8 +273,8 @@ def spec_schema() -> Schema:
         "affinity": affinity_schema(),
         "storage": _object("Access to the object store holding the data and checkpoints.", {
             "secretRef": _object(
-                "Secret whose keys become environment variables of the training pods (e.g. "
-                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); credentials go nowhere else.",
+                "Secret holding the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, handed to "
+                "the training pods as environment variables; credentials go nowhere else.",
                 secret_ref["properties"], required=["name"]),
             "endpoint": _string("Endpoint URL of an S3-compatible store (e.g. "
                                 "http://minio.storage:9000); empty means AWS.", min_length=1),
@@ -306,15 +306,16 @@ def _condition() -> Schema:
 
 
 def _run_record() -> Schema:
-    # The operator's memory of the current run; it may record more about a run than this.
-    record = _object("The current run: a new one starts whenever the spec changes.", {
+    # The operator's memory of the current run.
+    return {**_object("The current run: a new one starts whenever the spec changes.", {
         "number": _integer("Number of the run, from 1 (0: no pods were started yet).",
                            minimum=0),
+        "configHash": _string("Fingerprint of spec.config the run was started with."),
+        "podsHash": _string("Fingerprint of the pod-shaping spec fields (image, resources, "
+                            "scheduling, storage) the run was started with."),
         "initPath": {**_string("Checkpoint the run initialised its model from (the previous "
                                "run's), if any."), "nullable": True},
-    })
-    record["x-kubernetes-preserve-unknown-fields"] = True
-    return record
+    }), "nullable": True}
 
 
 def status_schema() -> Schema:

@@ -113,8 +113,9 @@ def test_operator_gets_least_privilege(values):
     granted = operator_rules(render(values))
     assert set(granted) == {
         ("tessera.dev", "embeddingjobs"), ("tessera.dev", "embeddingjobs/status"),
-        ("", "pods"), ("", "services"), ("", "configmaps"),
+        ("", "pods"), ("", "pods/log"), ("", "services"), ("", "configmaps"),
         ("networking.k8s.io", "networkpolicies"), ("", "events"), ("events.k8s.io", "events")}
+    assert granted[("", "pods/log")] == {"get"}
     assert granted[("tessera.dev", "embeddingjobs")] == {"get", "list", "watch", "patch", "delete"}
     assert granted[("", "events")] == {"create", "patch"}
     assert all("*" not in verbs and "escalate" not in verbs and "bind" not in verbs

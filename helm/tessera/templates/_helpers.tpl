@@ -78,6 +78,10 @@ read their credentials themselves), no peering (the operator runs --standalone).
 - apiGroups: [""]
   resources: ["pods", "services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The first trainer's log, where the operator reads training progress for the status.
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # The NetworkPolicy that admits only a job's own pods to its servers.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]

@@ -120,6 +120,7 @@ class TrainingRun:
         self.holder = holder
         self.reporter = reporter
         self.num_workers = config.workers or os.cpu_count() or 1
+        self.buckets_done = self.buckets_total = 0  # progress of this invocation
 
     def run(self, start: ChunkPosition | None) -> TrainingSummary:
         positions = list(self.schedule.positions(start)) if start is not None else []
@@ -130,6 +131,7 @@ class TrainingRun:
                                 self.schedule.num_edge_chunks)
         last: BucketOutcome | None = None
         early_stopping = EarlyStopping()
+        self.buckets_done, self.buckets_total = 0, len(positions) * len(self.data.bucket_grid())
         with self.reporter.task("train", total=total or None, unit="edges") as task, \
                 pool or contextlib.nullcontext():
             for position in positions:
@@ -170,8 +172,11 @@ class TrainingRun:
         first_ever = position == self.schedule.position_at(0) and task.done == 0
         outcome = trainer.train(step, partitions,
                                 self.config.hogwild_delay if first_ever else 0.0)
+        self.buckets_done += 1
         fields: dict[str, Any] = {"epoch": f"{position.epoch_idx + 1}/{self.schedule.num_epochs}",
-                                  "bucket": str(bucket), "loss": round(outcome.loss, 5)}
+                                  "bucket": str(bucket), "buckets_done": self.buckets_done,
+                                  "buckets_total": self.buckets_total,
+                                  "loss": round(outcome.loss, 5)}
         if outcome.eval_after:
             fields["mrr"] = round(outcome.eval_after["mrr"], 4)
         task.advance(outcome.count, **fields)
@@ -186,6 +191,9 @@ class TrainingRun:
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.store.commit(version, self.config.to_dict())
         self.holder.committed()
+        self.reporter.event("checkpoint committed", checkpoint_version=version,
+                            epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
+                            edge_chunk=position.edge_chunk_idx)
         self.store.append_stats([outcome.record() for outcome in outcomes])
         epochs_done = position.epoch_idx + 1
         if self._ends_epoch(position) and should_preserve(epochs_done,

@@ -32,6 +32,12 @@ def coalesce_rows(rows: torch.Tensor,
     return unique_rows, summed
 
 
+def row_adagrad_state(row_sum: torch.Tensor, lr: float) -> dict[str, Any]:
+    """PBG's RowAdagrad state dict: one parameter, whose state is the per-row sum."""
+    return {"state": {0: {"sum": row_sum}},
+            "param_groups": [{"lr": lr, "lr_decay": 0, "weight_decay": 0, "params": [0]}]}
+
+
 class RowAdagrad:
     """Adagrad over the rows of one embedding table, with one float32 accumulator per row."""
 
@@ -68,10 +74,7 @@ class RowAdagrad:
         return self
 
     def state_dict(self) -> dict[str, Any]:
-        """PBG's RowAdagrad state: one parameter, whose state is the per-row sum."""
-        return {"state": {0: {"sum": self.row_sum}},
-                "param_groups": [{"lr": self.lr, "lr_decay": 0, "weight_decay": 0,
-                                  "params": [0]}]}
+        return row_adagrad_state(self.row_sum, self.lr)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load accumulators saved by `state_dict` (Tessera's or PBG's), in place."""

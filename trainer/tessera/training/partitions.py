@@ -19,7 +19,7 @@ import torch
 from ..config import ConfigSchema
 from ..errors import FormatError
 from ..storage.checkpoint import CheckpointStore
-from .optimizers import RowAdagrad
+from .optimizers import row_adagrad_state
 from .seeding import stable_seed
 
 PartitionKey = tuple[str, int]  # (entity type, partition)
@@ -36,7 +36,7 @@ class Partition:
 def serialize_row_state(adagrad_sum: torch.Tensor, lr: float) -> bytes:
     """The optimizer state of a partition, laid out like a torch Optimizer state dict."""
     buffer = io.BytesIO()
-    torch.save(RowAdagrad(torch.empty(len(adagrad_sum), 0), lr, adagrad_sum).state_dict(), buffer)
+    torch.save(row_adagrad_state(adagrad_sum.clone(), lr), buffer)
     return buffer.getvalue()
 
 
