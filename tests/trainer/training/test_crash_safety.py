@@ -71,6 +71,7 @@ def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
         dimension=DIMENSION, num_epochs=NUM_EPOCHS, num_edge_chunks=NUM_CHUNKS)))
     command = [sys.executable, "-m", "tessera", "train", str(config_path), "--quiet"]
     checkpoints = Path(graph.config()["checkpoint_path"])
+    store = CheckpointStore(Directory(str(checkpoints)))
     rng = random.Random(1234)
     versions = [0]
     kills_during_writes = 0
@@ -80,7 +81,6 @@ def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
             alive = wait_for(lambda: writing_a_file(checkpoints), process)
         else:  # a random moment after the run has committed something new
             # Only the version is read here: the run deletes older files as it goes.
-            store = CheckpointStore(Directory(str(checkpoints)))
             alive = wait_for(lambda last=versions[-1]: store.current_version() > last, process)
             time.sleep(rng.uniform(0.0, 0.5))
         if not alive or process.poll() is not None:
