@@ -16,7 +16,8 @@ from enum import Enum
 
 from tessera.errors import ConfigError
 
-from .spec import API_VERSION, KIND, EmbeddingJobSpec
+from .crd import KIND
+from .spec import API_VERSION, EmbeddingJobSpec
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"

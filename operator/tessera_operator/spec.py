@@ -26,13 +26,10 @@ from tessera.config import ConfigSchema, parse_config
 from tessera.config.validate import did_you_mean
 from tessera.errors import ConfigError
 
+from .crd import GROUP, VERSION
 from .redaction import has_credentials_in_url
 
-GROUP = "tessera.dev"
-VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "EmbeddingJob"
-PLURAL = "embeddingjobs"
 
 SPEC_FIELDS = ("image", "imagePullPolicy", "imagePullSecrets", "config", "trainers",
                "partitionServers", "lockServer", "nodeSelector", "tolerations", "affinity",
