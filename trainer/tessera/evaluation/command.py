@@ -143,8 +143,8 @@ def _global_edges(data: GraphData, edge_path_idx: int) -> tuple[np.ndarray, ...]
 
 def _offset_of(offsets: dict[str, np.ndarray], types: np.ndarray, rel: np.ndarray, part: int,
                data: GraphData) -> np.ndarray:
-    per_relation = np.array([offsets[t][part if data.config.entities[t].num_partitions > 1
-                                        else 0] for t in types], dtype=np.int64)
+    per_relation = np.array([offsets[t][data.partition_of(t, part)] for t in types],
+                            dtype=np.int64)
     return per_relation[rel] if len(rel) else np.zeros(0, np.int64)
 
 

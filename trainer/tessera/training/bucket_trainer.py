@@ -49,10 +49,8 @@ class BucketOutcome:
 def partition_keys(data: GraphData, bucket: Bucket) -> tuple[list[PartitionKey],
                                                              list[PartitionKey]]:
     """For each relation type, the partitions of its left and right sides in `bucket`."""
-    def key(entity: str, part: int) -> PartitionKey:
-        return (entity, part if data.config.entities[entity].num_partitions > 1 else 0)
-    return ([key(t, bucket.lhs) for t in data.relation_types("lhs")],
-            [key(t, bucket.rhs) for t in data.relation_types("rhs")])
+    return ([(t, data.partition_of(t, bucket.lhs)) for t in data.relation_types("lhs")],
+            [(t, data.partition_of(t, bucket.rhs)) for t in data.relation_types("rhs")])
 
 
 class BucketTrainer:

@@ -18,7 +18,6 @@ from ..errors import BadInputError
 from ..model import EmbeddingModel
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore, should_preserve
-from ..storage.edges import read_bucket_size
 from ..storage.fs import Directory
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
 from .graph_data import GraphData, check_edge_paths
@@ -206,8 +205,7 @@ class TrainingRun:
 
     def _edges_per_position(self) -> int:
         """Training edges of one chunk position, averaged over edge sets (for the ETA)."""
-        totals = [sum(read_bucket_size(directory, b.lhs, b.rhs) for b in self.data.bucket_grid())
-                  for directory in self.data.edge_dirs]
+        totals = [sum(sizes.values()) for sizes in self.data.bucket_sizes]
         train_share = 1 - self.config.eval_fraction
         return int(sum(totals) / len(totals) / self.schedule.num_edge_chunks * train_share)
 

@@ -57,9 +57,15 @@ class GraphData:
     def bucket_grid(self) -> list[Bucket]:
         return all_buckets(*self.config.partition_grid())
 
+    @cached_property
+    def bucket_sizes(self) -> list[dict[Bucket, int]]:
+        """Edges per bucket of each edge set, read once (each read opens a possibly remote
+        file)."""
+        return [{b: read_bucket_size(directory, b.lhs, b.rhs) for b in self.bucket_grid()}
+                for directory in self.edge_dirs]
+
     def max_bucket_size(self) -> int:
-        return max((read_bucket_size(directory, b.lhs, b.rhs)
-                    for directory in self.edge_dirs for b in self.bucket_grid()), default=0)
+        return max((size for sizes in self.bucket_sizes for size in sizes.values()), default=0)
 
     def read_edges(self, edge_path_idx: int, bucket: Bucket, start: int = 0,
                    stop: int | None = None) -> EdgeList:
@@ -85,12 +91,16 @@ class GraphData:
     def read_chunk(self, edge_path_idx: int, bucket: Bucket, chunk_idx: int,
                    num_chunks: int) -> EdgeList:
         """One of the `num_chunks` contiguous chunks of a bucket (seed 003's edge chunks)."""
-        size = read_bucket_size(self.edge_dirs[edge_path_idx], bucket.lhs, bucket.rhs)
+        size = self.bucket_sizes[edge_path_idx][bucket]
         return self.read_edges(edge_path_idx, bucket, *chunk_range(size, chunk_idx, num_chunks))
 
+    def partition_of(self, entity: str, part: int) -> int:
+        """The partition of `entity` in a bucket side numbered `part`: unpartitioned types
+        always live in partition 0."""
+        return part if self.config.entities[entity].num_partitions > 1 else 0
+
     def partition_size(self, entity: str, part: int) -> int:
-        counts = self.entity_counts[entity]
-        return counts[0] if len(counts) == 1 else counts[part]
+        return self.entity_counts[entity][self.partition_of(entity, part)]
 
     def _check_ranges(self, file: str, what: str, part: int, rel: np.ndarray,
                       ids: np.ndarray) -> None:
