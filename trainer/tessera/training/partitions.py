@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from ..config import ConfigSchema
-from ..errors import FormatError
 from ..storage.checkpoint import CheckpointStore
 from .optimizers import row_adagrad_state
 from .seeding import stable_seed
@@ -120,21 +119,12 @@ class PartitionHolder:
             source, version = self.init, None
         else:
             return self._fresh(entity, part, count)
-        embeddings, blob = source.read_embeddings(entity, part, version)
-        self._check_shape(source, key, embeddings, count)
+        embeddings, blob = source.read_embeddings(
+            entity, part, version, num_entities=count,
+            dimension=self.config.entity_dimension(entity))
         table = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
         row_sum = deserialize_row_state(blob, count)
         return _shared(table, torch.zeros(count) if row_sum is None else row_sum)
-
-    def _check_shape(self, source: CheckpointStore, key: PartitionKey, embeddings: np.ndarray,
-                     count: int) -> None:
-        entity, part = key
-        expected = (count, self.config.entity_dimension(entity))
-        if embeddings.shape != expected:
-            raise FormatError(
-                f"{source.directory.url}/embeddings_{entity}_{part}",
-                f"embeddings have shape {embeddings.shape} but the entity count and dimension "
-                f"need {expected}; was this checkpoint trained on other data or config?")
 
     def _fresh(self, entity: str, part: int, count: int) -> Partition:
         type_index = list(self.config.entities).index(entity)

@@ -63,9 +63,8 @@ def train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
     started = time.monotonic()
     generator = torch.Generator().manual_seed(task.seed)
     settings = task.settings
-    optimizers = {key: RowAdagrad(p.embeddings, settings.lr, p.adagrad_sum)
-                  for key, p in task.partitions.items()}
-    by_table = {id(p.embeddings): optimizers[key] for key, p in task.partitions.items()}
+    by_table = {id(p.embeddings): RowAdagrad(p.embeddings, settings.lr, p.adagrad_sum)
+                for p in task.partitions.values()}
     loss_sum = regularization = 0.0
     for batch in iter_batches(task.edges, settings.batch_size, settings.dynamic_relations,
                               generator):
