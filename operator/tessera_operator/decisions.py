@@ -1,7 +1,9 @@
 """What the reconciler must do next for a job, decided from the job and its observed pods.
 
-`next_action` is a pure function of (job, pods, now) and returns one `Action`. The rules are
-looked at in order, and the first that applies decides:
+`next_action` is a pure function of (job, pods, now, progress) and returns one `Action`;
+`progress` is what the current run's trainer reported, whose committed checkpoint version may
+be newer than the one the status recorded. The rules are looked at in order, and the first
+that applies decides:
 
 1. an invalid spec fails the job at once (no pods, a message naming the field);
 2. a finished job whose `ttlSecondsAfterFinished` has passed is deleted;
@@ -40,6 +42,7 @@ from . import conditions as cond
 from .job import JobView
 from .labels import Role, expected_pods
 from .pods import FAILED, SUCCEEDED, ObservedPod
+from .progress import TrainingProgress
 from .redaction import redact
 from .run_config import RunPlan, first_plan, restarted_plan, retraining_plan
 from .spec import EmbeddingJobSpec
@@ -98,6 +101,13 @@ class Situation:
     spec: EmbeddingJobSpec
     pods: Sequence[ObservedPod]
     now: datetime
+    progress: TrainingProgress | None = None
+
+    @property
+    def checkpoint_version(self) -> int | None:
+        """The current run's last committed checkpoint, as freshly as it is known."""
+        reported = self.progress.checkpoint_version if self.progress else None
+        return reported if reported is not None else self.job.checkpoint_version
 
     @property
     def current(self) -> list[ObservedPod]:
@@ -118,12 +128,14 @@ class Situation:
         return (start + timedelta(seconds=seconds) - self.now).total_seconds()
 
 
-def next_action(job: JobView, pods: Sequence[ObservedPod], now: datetime) -> Action:
-    """The one thing to do now (see the module docstring for the rules and their order)."""
+def next_action(job: JobView, pods: Sequence[ObservedPod], now: datetime,
+                progress: TrainingProgress | None = None) -> Action:
+    """The one thing to do now (see the module docstring for the rules and their order);
+    `progress` must come from a trainer of the job's current run."""
     if job.spec is None:
         action = _invalid_spec(job, pods)
     else:
-        situation = Situation(job, job.spec, pods, now)
+        situation = Situation(job, job.spec, pods, now, progress)
         action = next((found for rule in _RULES if (found := rule(situation)) is not None),
                       None) or _keep_waiting(situation)
     return dataclasses.replace(action, message=redact(action.message))
@@ -163,9 +175,9 @@ def _spec_change(s: Situation) -> Action | None:
         return None
     everything = s.deletable(s.pods)
     if s.spec.config_fingerprint() != s.job.run_record.get("configHash"):
-        new_plan = retraining_plan(s.spec, plan, s.job.checkpoint_version, s.job.generation)
-        start = f"checkpoint version {s.job.checkpoint_version} of {plan.checkpoint_path}" \
-            if s.job.checkpoint_version else (new_plan.init_path or "scratch")
+        new_plan = retraining_plan(s.spec, plan, s.checkpoint_version, s.job.generation)
+        start = f"checkpoint version {s.checkpoint_version} of {plan.checkpoint_path}" \
+            if s.checkpoint_version else (new_plan.init_path or "scratch")
         return Action(ActionKind.NEW_RUN, cond.NEW_RUN,
                       f"the training config changed (generation {s.job.generation}): run "
                       f"{new_plan.number} trains from {start} into {new_plan.checkpoint_path}",
@@ -303,7 +315,7 @@ def _success(s: Situation) -> Action | None:
     if len(trainers) < s.spec.trainers.replicas or \
             any(pod.phase != SUCCEEDED for pod in trainers):
         return None
-    version = s.job.checkpoint_version
+    version = s.checkpoint_version
     where = s.job.plan.checkpoint_path if s.job.plan else s.spec.config.checkpoint_path
     saved = f"checkpoint version {version} in {where}" if version else f"checkpoints in {where}"
     return Action(ActionKind.SUCCEED, cond.TRAINING_FINISHED, f"training finished: {saved}",

@@ -159,9 +159,9 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
     listed = await api.call("GET", f"/api/v1/namespaces/{namespace}/pods",
                             params={"labelSelector": job_selector(name)})
     pods = [observe_pod(pod) for pod in listed.get("items") or []]
-    progress = await _trainer_progress(api, namespace, name, pods)
+    progress = await _trainer_progress(api, namespace, name, view.run, pods)
     now = datetime.now(timezone.utc)
-    action = next_action(view, pods, now)
+    action = next_action(view, pods, now, progress)
     status = desired_status(view, pods, progress, action, now)
     if action.kind is ActionKind.CREATE and action.plan is not None and view.spec is not None:
         for manifest in children(view.ref, view.spec, action.plan):
@@ -182,11 +182,13 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
     return action.requeue_after
 
 
-async def _trainer_progress(api: KubeApi, namespace: str, name: str,
+async def _trainer_progress(api: KubeApi, namespace: str, name: str, run: int,
                             pods: list[Any]) -> TrainingProgress | None:
-    """What the first trainer's log tail says (None: it has no log yet)."""
+    """What the log tail of the current run's first trainer says (None: it has no log yet;
+    a trainer left over from an earlier run speaks of that run's checkpoints, not this one's)."""
     trainer = pod_name(name, Role.TRAINER, 0)
-    if not any(pod.name == trainer and pod.phase != PENDING for pod in pods):
+    if not any(pod.name == trainer and pod.run == run and pod.phase != PENDING
+               for pod in pods):
         return None
     text = await api.call("GET", f"/api/v1/namespaces/{namespace}/pods/{trainer}/log",
                           params={"tailLines": str(LOG_TAIL_LINES)}, ok=(400, 404))

@@ -26,7 +26,7 @@ from .conditions import Condition
 from .decisions import Action, ActionKind
 from .job import JobView
 from .labels import Role, expected_pods
-from .pods import ObservedPod
+from .pods import SUCCEEDED, ObservedPod
 from .progress import TrainingProgress
 
 READY_POD_KEYS = {Role.TRAINER: "trainers", Role.PARTITION_SERVER: "partitionServers",
@@ -121,16 +121,22 @@ def _action_transition(write: _ConditionWriter, found: list[Condition],
 
 def _observed_running(write: _ConditionWriter, found: list[Condition], job: JobView,
                       pods: Sequence[ObservedPod], action: Action) -> list[Condition]:
-    """Running holds when every pod of the current run runs; else say what is missing."""
+    """Running holds when every pod of the current run runs or has done its part (a trainer
+    that finished before the others, servers that stop at the end); else say what is
+    missing."""
     if job.spec is None or job.spec.run_policy.suspend:
         return write.clear(found, cond.RUNNING, cond.JOB_SUSPENDED, "suspended")
     run = action.plan.number if action.plan else job.run
     current = {pod.name: pod for pod in pods if pod.run == run}
     waiting = [current.get(name) or name for name in expected_pods(job.ref.name, job.spec)
-               if not (name in current and current[name].running)]
+               if not (name in current and (current[name].running
+                                            or current[name].phase == SUCCEEDED))]
     if not waiting:
+        running = sum(pod.running for pod in current.values())
+        done = sum(pod.phase == SUCCEEDED for pod in current.values())
         found = write.put(found, cond.RUNNING, True, cond.PODS_RUNNING,
-                          f"run {run}: {len(current)} pod(s) running")
+                          f"run {run}: {running} pod(s) running"
+                          + (f", {done} finished" if done else ""))
         return write.clear(found, cond.RESTARTING, cond.RESTARTED, f"run {run} is running")
     first = waiting[0]
     detail = first.explanation() if isinstance(first, ObservedPod) \
@@ -199,15 +205,14 @@ def _ready_pods(job: JobView, pods: Sequence[ObservedPod], action: Action) -> di
 def _progress(job: JobView, progress: TrainingProgress | None,
               action: Action) -> dict[str, Any]:
     """progress, metrics and checkpoint: the trainer's latest word over what was known."""
-    fresh = action.kind is ActionKind.NEW_RUN  # a new run starts its counts afresh
+    # A new run starts its counts afresh: what the previous run's trainer said is not its.
+    fresh = action.kind is ActionKind.NEW_RUN
     before = {} if fresh else dict(job.status.get("progress") or {})
     metrics = {} if fresh else dict(job.status.get("metrics") or {})
-    checkpoint = dict(job.status.get("checkpoint") or {})
-    if fresh:
-        checkpoint = {}
+    checkpoint = {} if fresh else dict(job.status.get("checkpoint") or {})
     if action.plan is not None:
         checkpoint["path"] = action.plan.checkpoint_path
-    seen = progress or TrainingProgress()
+    seen = progress if progress is not None and not fresh else TrainingProgress()
     if seen.checkpoint_version is not None:
         checkpoint["version"] = seen.checkpoint_version
     metrics.update(seen.metrics)

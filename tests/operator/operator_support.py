@@ -111,7 +111,7 @@ class Cluster:
     def reconcile(self, progress: TrainingProgress | None = None) -> Action:
         view = view_job(self.job)
         observed = [observe_pod(pod) for pod in self.pods.values()]
-        action = next_action(view, observed, self.now)
+        action = next_action(view, observed, self.now, progress)
         desired = desired_status(view, observed, progress, action, self.now)
         if action.kind is ActionKind.CREATE:
             self._create(view, action)

@@ -15,6 +15,7 @@ from tessera_operator import conditions as cond
 from tessera_operator.decisions import ActionKind, next_action, restart_delay
 from tessera_operator.job import JobView, view_job
 from tessera_operator.pods import ObservedPod, observe_pod
+from tessera_operator.progress import parse_progress
 from tessera_operator.spec import parse_spec
 
 CHECKPOINTS = "s3://bucket/demo/checkpoints"
@@ -249,3 +250,19 @@ def test_messages_from_pods_are_redacted() -> None:
     action = next_action(recorded_job(), [pod(**leaky)], START)
     assert "hunter2" not in action.message and "AKIAIOSFODNN7EXAMPLE" not in action.message
     assert action.reason == cond.BAD_INPUT
+
+
+def test_the_trainers_latest_checkpoint_counts_before_the_status_records_it() -> None:
+    """A short run finishes between two status writes: its last commit is only in the log."""
+    committed = parse_progress(['{"event": "checkpoint committed", "checkpoint_version": 6}'])
+    done = [pod(phase="Succeeded", exit_code=0)]
+    assert "checkpoints in" in next_action(recorded_job(), done, START).message
+    success = next_action(recorded_job(), done, START, committed)
+    assert success.kind is ActionKind.SUCCEED
+    assert f"checkpoint version 6 in {CHECKPOINTS}" in success.message
+
+    edited = recorded_job(edit=set_path("config.num_epochs", 7))
+    assert next_action(edited, [pod()], START).plan.init_path is None  # nothing committed
+    retrain = next_action(edited, [pod()], START, committed)
+    assert retrain.kind is ActionKind.NEW_RUN and retrain.plan.init_path == CHECKPOINTS
+    assert "from checkpoint version 6" in retrain.message

@@ -67,6 +67,22 @@ def test_ready_pods_count_running_pods_of_the_current_run_per_role() -> None:
     assert status["readyPods"] == {"lockServer": 1, "partitionServers": 0, "trainers": 2}
 
 
+def test_a_job_still_runs_while_some_of_its_pods_have_finished() -> None:
+    view = view_job(distributed_job())
+    status = desired_status(view, [], None, next_action(view, [], START), START)
+    pods = [observe_pod(pod_object(name, role=role, phase=phase, exit_code=code))
+            for name, role, phase, code in [
+                ("demo-lock-server", "lock-server", "Running", None),
+                ("demo-partition-server-0", "partition-server", "Running", None),
+                ("demo-trainer-0", "trainer", "Succeeded", 0),
+                ("demo-trainer-1", "trainer", "Running", None)]]
+    view = view_job(distributed_job(**status))
+    status = desired_status(view, pods, None, next_action(view, pods, START), START)
+    assert (status["phase"], status["message"]) == ("Running",
+                                                    "run 1: 3 pod(s) running, 1 finished")
+    assert status["readyPods"] == {"lockServer": 1, "partitionServers": 1, "trainers": 1}
+
+
 def test_what_a_short_log_tail_does_not_say_keeps_its_value() -> None:
     view = view_job(job_object())
     pods = [observe_pod(pod_object("demo-trainer-0"))]
@@ -79,6 +95,28 @@ def test_what_a_short_log_tail_does_not_say_keeps_its_value() -> None:
     assert status["metrics"] == {"mrr": 0.5}
     assert (status["progress"]["epochs"], status["progress"]["loss"],
             status["progress"]["percentComplete"]) == ("1/5", 0.4, "75%")
+
+
+def test_a_new_run_does_not_take_the_previous_runs_progress() -> None:
+    first = job_object()
+    view = view_job(first)
+    status = desired_status(view, [], None, next_action(view, [], START), START)
+    old_trainer = [observe_pod(pod_object("demo-trainer-0", phase="Succeeded", exit_code=0))]
+    said = parse_progress(['{"event": "checkpoint committed", "checkpoint_version": 5, '
+                           '"epoch": 5}'])
+    view = view_job(job_object(status=status))
+    status = desired_status(view, old_trainer, said, next_action(view, old_trainer, START,
+                                                                 said), START)
+    assert status["phase"] == "Succeeded" and status["checkpoint"]["version"] == 5
+
+    edited = job_object(status=status, generation=2)
+    edited["spec"]["config"]["num_epochs"] = 3
+    view = view_job(edited)
+    action = next_action(view, old_trainer, START, said)
+    status = desired_status(view, old_trainer, said, action, START)
+    assert action.kind is ActionKind.NEW_RUN
+    assert status["checkpoint"] == {"path": "s3://bucket/demo/checkpoints/generation_2"}
+    assert status["progress"]["epochs"] == "0/3"
 
 
 def test_an_invalid_spec_gives_a_failed_status_without_a_run() -> None:

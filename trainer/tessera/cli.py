@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import TesseraError
+from .errors import ConfigError, TesseraError
 from .progress import Reporter
 
 
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_import(commands)
     _add_train(commands)
+    _add_lock_server(commands)
+    _add_partition_server(commands)
     _add_eval(commands)
     _add_export(commands)
     _add_config(commands)
@@ -102,15 +104,120 @@ def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def _add_train(commands: Any) -> None:
     parser = commands.add_parser(
-        "train", help="train embeddings (resumes from the checkpoint if there is one)")
+        "train", help="train embeddings (resumes from the checkpoint if there is one)",
+        description="Train on this machine; or, with --rank R, as trainer R of a distributed "
+        "job (next to `tessera lock-server` and `tessera partition-server`); or, with "
+        "--local-cluster, run every role of a distributed job here as local processes.")
     _common(parser)
+    parser.add_argument("--rank", type=int, default=None,
+                        help="train as trainer RANK (0 to num_machines - 1) of a distributed "
+                        "job")
+    parser.add_argument("--local-cluster", action="store_true",
+                        help="start the lock server, partition servers and trainers of a "
+                        "distributed job as local processes on 127.0.0.1")
+    parser.add_argument("--trainers", type=int, default=None, metavar="M",
+                        help="with --local-cluster: number of trainers (default: the "
+                        "config's num_machines)")
+    parser.add_argument("--partition-servers", type=int, default=None, metavar="P",
+                        help="with --local-cluster: number of partition servers (default: the "
+                        "config's num_partition_servers; -1 means one per trainer)")
+    _distributed_flags(parser)
     parser.set_defaults(run=_run_train)
 
 
+def _distributed_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--init-method", default=None, metavar="URL",
+                        help="the lock server's rendezvous address, tcp://HOST:PORT (default: "
+                        "$TESSERA_INIT_METHOD, else the config's distributed_init_method)")
+    parser.add_argument("--peer-timeout", type=float, default=None, metavar="SECONDS",
+                        help="a peer silent this long is lost and the job stops (default: "
+                        "$TESSERA_PEER_TIMEOUT_S, else 20)")
+    parser.add_argument("--rendezvous-timeout", type=float, default=None, metavar="SECONDS",
+                        help="how long to wait for every role to join (default: "
+                        "$TESSERA_RENDEZVOUS_TIMEOUT_S, else 600)")
+
+
+def _settings(args: argparse.Namespace, config: Any) -> Any:
+    from .distributed.settings import distributed_settings
+
+    return distributed_settings(config, args.init_method, args.peer_timeout,
+                                args.rendezvous_timeout)
+
+
 def _run_train(args: argparse.Namespace, reporter: Reporter) -> int:
+    if args.local_cluster:
+        return _run_local_cluster(args, reporter)
+    if args.trainers is not None or args.partition_servers is not None:
+        raise ConfigError("--trainers/--partition-servers", "only with --local-cluster")
+    config = _load(args)
+    if args.rank is not None:
+        from .distributed.trainer import run_trainer
+
+        run_trainer(config, args.rank, _settings(args, config), reporter)
+        return 0
     from .training.coordinator import train
 
-    train(_load(args), reporter)
+    train(config, reporter)
+    return 0
+
+
+def _run_local_cluster(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .distributed.local_cluster import run_local_cluster
+    from .distributed.settings import peer_timeout_setting
+    from .distributed.world import WorldLayout
+
+    if args.rank is not None:
+        raise ConfigError("--rank", "--local-cluster starts every rank itself; drop --rank")
+    config = _load(args)
+    trainers = config.num_machines if args.trainers is None else args.trainers
+    servers = config.num_partition_servers if args.partition_servers is None \
+        else args.partition_servers
+    if trainers < 1 or servers < -1:
+        raise ConfigError("--trainers/--partition-servers", "need at least one trainer and "
+                          "-1 or more partition servers")
+    layout = WorldLayout(trainers if servers == -1 else servers, trainers)
+    role_args = ["--quiet"] if reporter.mode == "quiet" else ["--log-format", reporter.mode]
+    if args.rendezvous_timeout is not None:
+        role_args += ["--rendezvous-timeout", str(args.rendezvous_timeout)]
+    return run_local_cluster(args.config, args.param, layout,
+                             peer_timeout_setting(args.peer_timeout), role_args, reporter)
+
+
+def _add_lock_server(commands: Any) -> None:
+    parser = commands.add_parser(
+        "lock-server", help="run the lock server of a distributed job",
+        description="Host the rendezvous at the config's distributed_init_method, hand out "
+        "buckets to the trainers, collect their progress and hold the checkpoint barrier.")
+    _common(parser)
+    _distributed_flags(parser)
+    parser.set_defaults(run=_run_lock_server)
+
+
+def _run_lock_server(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .distributed.lock_server import run_lock_server
+
+    config = _load(args)
+    run_lock_server(config, _settings(args, config), reporter)
+    return 0
+
+
+def _add_partition_server(commands: Any) -> None:
+    parser = commands.add_parser(
+        "partition-server", help="run partition server RANK of a distributed job",
+        description="Keep a shard of the partitions (and of the shared parameters) while no "
+        "trainer holds them, and write them into each checkpoint.")
+    _common(parser)
+    parser.add_argument("--rank", type=int, required=True,
+                        help="which server: 0 to num_partition_servers - 1")
+    _distributed_flags(parser)
+    parser.set_defaults(run=_run_partition_server)
+
+
+def _run_partition_server(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .distributed.partition_server import run_partition_server
+
+    config = _load(args)
+    run_partition_server(config, args.rank, _settings(args, config), reporter)
     return 0
 
 

@@ -1,8 +1,17 @@
-"""The single-machine training run: the epoch loop, partition swapping and checkpoints.
+"""The training run: the loop over chunk positions and buckets, and its single-machine parts.
 
 A run is a sequence of chunk positions (epoch, edge set, chunk); each trains every bucket
 once and ends with an atomic checkpoint whose metadata records the position, so a restarted
 run on the same checkpoint_path continues with the next position.
+
+The loop (`TrainingRun`) is the same on one machine and in a distributed job; three small
+interfaces say where its parts come from:
+
+- a `BucketSource` says which bucket to train next (one machine: the schedule's bucket
+  order; distributed: the lock server) and how far the whole job has got;
+- a `PartitionSource` makes a bucket's partitions resident (one machine: swapped through
+  the checkpoint being written; distributed: fetched from partition servers);
+- a `Checkpointer` ends a chunk position with a committed checkpoint and says whether to stop.
 """
 
 from __future__ import annotations
@@ -10,21 +19,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import ConfigSchema
 from ..errors import BadInputError
 from ..model import EmbeddingModel
-from ..progress import Reporter
+from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.fs import Directory
+from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
 from .graph_data import GraphData, check_edge_paths
 from .hogwild import HogwildPool
 from .model_checkpoint import load_model, save_model
 from .optimizers import make_model_optimizer
-from .partitions import PartitionHolder
+from .partitions import Partition, PartitionHolder, PartitionKey
 from .schedule import ChunkPosition, TrainingSchedule, TrainingStep, num_edge_chunks
 from .worker import ModelState, train_part
 
@@ -43,6 +54,43 @@ class TrainingSummary:
         return self.edges / self.seconds if self.seconds else 0.0
 
 
+@dataclass(frozen=True)
+class JobProgress:
+    """How far the whole job has got since this invocation started, after a bucket."""
+
+    edges_done: int
+    buckets_done: int
+    bucket: str  # the bucket trained last
+    loss: float
+    mrr: float | None
+
+
+class BucketSource(Protocol):
+    def buckets(self, position: ChunkPosition) -> Iterator[Bucket]:
+        """The buckets of `position` this trainer is to train, as they become available."""
+
+    def trained(self, outcome: BucketOutcome) -> JobProgress:
+        """Record a trained bucket; the job's progress including it."""
+
+    def progress(self) -> JobProgress | None:
+        """The job's progress now (None before any bucket was trained)."""
+
+
+class PartitionSource(Protocol):
+    def hold(self, keys: Iterable[PartitionKey], metadata: dict[str, object]) -> dict[
+            PartitionKey, Partition]:
+        """Make exactly `keys` resident, in shared memory, and return them."""
+
+
+class Checkpointer(Protocol):
+    @property
+    def committed_version(self) -> int:
+        """The last version committed (0: none)."""
+
+    def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
+        """Commit the checkpoint that ends `position`; True if training should stop."""
+
+
 def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     """Train (or resume training) as the config says; returns what was done."""
     check_supported(config)
@@ -51,31 +99,55 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     store.remove_uncommitted()
     version = store.current_version()
-    init = CheckpointStore(Directory(config.init_path, config.storage_options)) \
-        if config.init_path else None
-    schedule = TrainingSchedule.from_config(config, num_edge_chunks(config,
-                                                                    data.max_bucket_size()))
+    init = open_init_store(config)
+    schedule = make_schedule(config, data)
     start = resume_position(store, version, schedule)
+    state = build_model_state(config, data, store, version, init)
+    holder = PartitionHolder(config, data.entity_counts, store, init, version)
+    checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
+    run = TrainingRun(config, data, schedule, state, holder, ScheduledBuckets(schedule),
+                      checkpointer, reporter)
+    return run.run(start)
+
+
+def check_supported(config: ConfigSchema) -> None:
+    check_trainable(config)
+    if config.num_machines > 1:
+        raise BadInputError("num_machines: this command trains on one machine; set "
+                            "num_machines: 1, or start the distributed roles (tessera "
+                            "lock-server, partition-server, train --rank R), or run them all "
+                            "here with tessera train --local-cluster")
+
+
+def check_trainable(config: ConfigSchema) -> None:
+    """What every trainer, on one machine or many, needs of a config."""
+    check_edge_paths(config)
+    if config.num_gpus > 0:
+        raise BadInputError("num_gpus: Tessera trains on CPUs; set num_gpus: 0")
+
+
+def open_init_store(config: ConfigSchema) -> CheckpointStore | None:
+    if not config.init_path:
+        return None
+    return CheckpointStore(Directory(config.init_path, config.storage_options))
+
+
+def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:
+    return TrainingSchedule.from_config(config, num_edge_chunks(config, data.max_bucket_size()))
+
+
+def build_model_state(config: ConfigSchema, data: GraphData, store: CheckpointStore,
+                      version: int, init: CheckpointStore | None) -> ModelState:
+    """The model and its optimizer, from the committed checkpoint, init_path or fresh, in
+    shared memory for the Hogwild workers."""
     model = EmbeddingModel(config, data.num_relations)
     optimizer = make_model_optimizer(model, config)
     if version > 0:
         load_model(store, version, model, optimizer)
     elif init is not None:
         load_model(init, None, model, optimizer)
-    state = ModelState(model.share_memory(),
-                       optimizer.share_memory() if optimizer is not None else None)
-    run = TrainingRun(config, data, store, schedule, state,
-                      PartitionHolder(config, data.entity_counts, store, init, version), reporter)
-    return run.run(start)
-
-
-def check_supported(config: ConfigSchema) -> None:
-    check_edge_paths(config)
-    if config.num_gpus > 0:
-        raise BadInputError("num_gpus: Tessera trains on CPUs; set num_gpus: 0")
-    if config.num_machines > 1:
-        raise BadInputError("num_machines: this command trains on one machine; set "
-                            "num_machines: 1")
+    return ModelState(model.share_memory(),
+                      optimizer.share_memory() if optimizer is not None else None)
 
 
 def resume_position(store: CheckpointStore, version: int,
@@ -105,109 +177,179 @@ def iteration_metadata(config: ConfigSchema, schedule: TrainingSchedule,
             "iteration/edge_chunk_idx": position.edge_chunk_idx}
 
 
+def edges_per_position(config: ConfigSchema, data: GraphData,
+                       schedule: TrainingSchedule) -> int:
+    """Training edges of one chunk position, averaged over edge sets (for the ETA)."""
+    totals = [sum(sizes.values()) for sizes in data.bucket_sizes]
+    train_share = 1 - config.eval_fraction
+    return int(sum(totals) / len(totals) / schedule.num_edge_chunks * train_share)
+
+
 class TrainingRun:
     """Drives one run from a start position to the end, one checkpoint per chunk position."""
 
-    def __init__(self, config: ConfigSchema, data: GraphData, store: CheckpointStore,
-                 schedule: TrainingSchedule, state: ModelState, holder: PartitionHolder,
-                 reporter: Reporter) -> None:
+    def __init__(self, config: ConfigSchema, data: GraphData, schedule: TrainingSchedule,
+                 state: ModelState, partitions: PartitionSource, source: BucketSource,
+                 checkpointer: Checkpointer, reporter: Reporter) -> None:
         self.config = config
         self.data = data
-        self.store = store
         self.schedule = schedule
         self.state = state
-        self.holder = holder
+        self.partitions = partitions
+        self.source = source
+        self.checkpointer = checkpointer
         self.reporter = reporter
         self.num_workers = config.workers or os.cpu_count() or 1
-        self.buckets_done = self.buckets_total = 0  # progress of this invocation
+        self.buckets_total = 0  # buckets of the whole job in this invocation
+        self.trained_here = 0  # buckets this process trained
 
     def run(self, start: ChunkPosition | None) -> TrainingSummary:
         positions = list(self.schedule.positions(start)) if start is not None else []
-        total = self._edges_per_position() * len(positions)
+        total = edges_per_position(self.config, self.data, self.schedule) * len(positions)
         pool = HogwildPool(self.num_workers, train_part, self.state) \
             if self.num_workers > 1 and positions else None
         trainer = BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
                                 self.schedule.num_edge_chunks)
         last: BucketOutcome | None = None
-        early_stopping = EarlyStopping()
-        self.buckets_done, self.buckets_total = 0, len(positions) * len(self.data.bucket_grid())
+        self.buckets_total = len(positions) * len(self.data.bucket_grid())
         with self.reporter.task("train", total=total or None, unit="edges") as task, \
                 pool or contextlib.nullcontext():
             for position in positions:
                 outcomes = [self._train_step(trainer, position, bucket, task)
-                            for bucket in self.schedule.buckets(position)]
-                self._checkpoint(position, outcomes)
+                            for bucket in self.source.buckets(position)]
                 last = outcomes[-1] if outcomes else last
-                early_stopping.add(outcomes)
-                if self.config.early_stopping and self._ends_epoch(position) \
-                        and early_stopping.epoch_ended():
-                    self.reporter.event("early stopping: the held-out loss went up",
-                                        epoch=position.epoch_idx + 1)
+                stop = self.checkpointer.checkpoint(position, outcomes)
+                # Other trainers may have trained buckets of this position meanwhile.
+                self._report(task, position, self.source.progress())
+                if stop:
                     break
             done, seconds = task.done, task.elapsed
         summary = TrainingSummary(
             edges=int(done), seconds=seconds,
-            checkpoint_version=self.holder.committed_version,
+            checkpoint_version=self.checkpointer.committed_version,
             checkpoint_path=self.config.checkpoint_path,
             last_loss=last.loss if last else None,
             last_eval=last.eval_after if last else None)
-        rows: dict[str, Any] = {
-            "edges": summary.edges, "seconds": round(seconds, 2),
-            "edges_per_s": round(summary.edges_per_second),
-            "loss": None if summary.last_loss is None else round(summary.last_loss, 5)}
-        rows.update({f"eval_{k}": round(v, 4) for k, v in (summary.last_eval or {}).items()})
-        rows.update(checkpoint_version=summary.checkpoint_version,
-                    checkpoint=summary.checkpoint_path)
-        self.reporter.summary("training finished", rows)
+        self.reporter.summary("training finished", summary_rows(summary))
         return summary
 
-    def _train_step(self, trainer: BucketTrainer, position: ChunkPosition, bucket: Any,
-                    task: Any) -> BucketOutcome:
+    def _train_step(self, trainer: BucketTrainer, position: ChunkPosition, bucket: Bucket,
+                    task: Task) -> BucketOutcome:
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)
         lhs_keys, rhs_keys = partition_keys(self.data, bucket)
         metadata = iteration_metadata(self.config, self.schedule, position)
-        partitions = self.holder.hold(set(lhs_keys) | set(rhs_keys), metadata)
-        first_ever = position == self.schedule.position_at(0) and task.done == 0
+        partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
+        first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
         outcome = trainer.train(step, partitions,
                                 self.config.hogwild_delay if first_ever else 0.0)
-        self.buckets_done += 1
-        fields: dict[str, Any] = {"epoch": f"{position.epoch_idx + 1}/{self.schedule.num_epochs}",
-                                  "bucket": str(bucket), "buckets_done": self.buckets_done,
-                                  "buckets_total": self.buckets_total,
-                                  "loss": round(outcome.loss, 5)}
-        if outcome.eval_after:
-            fields["mrr"] = round(outcome.eval_after["mrr"], 4)
-        task.advance(outcome.count, **fields)
+        self.trained_here += 1
+        self._report(task, position, self.source.trained(outcome))
         if self.config.verbose:
             self.reporter.event("bucket trained", **outcome.record())
         return outcome
 
-    def _checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> None:
+    def _report(self, task: Task, position: ChunkPosition, progress: JobProgress | None) -> None:
+        if progress is None:
+            return
+        fields: dict[str, Any] = {"epoch": f"{position.epoch_idx + 1}/{self.schedule.num_epochs}",
+                                  "bucket": progress.bucket,
+                                  "buckets_done": progress.buckets_done,
+                                  "buckets_total": self.buckets_total,
+                                  "loss": round(progress.loss, 5)}
+        if progress.mrr is not None:
+            fields["mrr"] = round(progress.mrr, 4)
+        task.advance(progress.edges_done - task.done, **fields)
+
+
+def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
+    """The final summary table of a run."""
+    rows: dict[str, Any] = {
+        "edges": summary.edges, "seconds": round(summary.seconds, 2),
+        "edges_per_s": round(summary.edges_per_second),
+        "loss": None if summary.last_loss is None else round(summary.last_loss, 5)}
+    rows.update({f"eval_{k}": round(v, 4) for k, v in (summary.last_eval or {}).items()})
+    rows.update(checkpoint_version=summary.checkpoint_version,
+                checkpoint=summary.checkpoint_path)
+    return rows
+
+
+class ScheduledBuckets:
+    """One machine: every bucket of a position in the schedule's order."""
+
+    def __init__(self, schedule: TrainingSchedule) -> None:
+        self.schedule = schedule
+        self.last: JobProgress | None = None
+
+    def buckets(self, position: ChunkPosition) -> Iterator[Bucket]:
+        return iter(self.schedule.buckets(position))
+
+    def trained(self, outcome: BucketOutcome) -> JobProgress:
+        edges, buckets = (self.last.edges_done, self.last.buckets_done) if self.last else (0, 0)
+        mrr = outcome.eval_after["mrr"] if outcome.eval_after else None
+        self.last = JobProgress(edges + outcome.count, buckets + 1, str(outcome.step.bucket),
+                                outcome.loss, mrr)
+        return self.last
+
+    def progress(self) -> JobProgress | None:
+        return self.last
+
+
+class LocalCheckpointer:
+    """One machine: write the held and swapped-out partitions and the model, then commit."""
+
+    def __init__(self, config: ConfigSchema, schedule: TrainingSchedule,
+                 store: CheckpointStore, holder: PartitionHolder, state: ModelState,
+                 reporter: Reporter) -> None:
+        self.config = config
+        self.schedule = schedule
+        self.store = store
+        self.holder = holder
+        self.state = state
+        self.reporter = reporter
+        self.early_stopping = EarlyStopping()
+
+    @property
+    def committed_version(self) -> int:
+        return self.holder.committed_version
+
+    def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         metadata = iteration_metadata(self.config, self.schedule, position)
         version = self.holder.next_version
         self.holder.write_all(metadata)
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.store.commit(version, self.config.to_dict())
         self.holder.committed()
-        self.reporter.event("checkpoint committed", checkpoint_version=version,
-                            epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
-                            edge_chunk=position.edge_chunk_idx)
-        self.store.append_stats([outcome.record() for outcome in outcomes])
-        epochs_done = position.epoch_idx + 1
-        if self._ends_epoch(position) and should_preserve(epochs_done,
-                                            self.config.checkpoint_preservation_interval):
-            self.store.preserve(epochs_done)
+        publish_checkpoint(self.config, self.schedule, self.store, version, position,
+                           [outcome.record() for outcome in outcomes], self.reporter)
+        self.early_stopping.add(outcomes)
+        return should_stop(self.config, self.schedule, position, self.early_stopping,
+                           self.reporter)
 
-    def _ends_epoch(self, position: ChunkPosition) -> bool:
-        return (position.edge_path_idx == self.schedule.num_edge_paths - 1
-                and position.edge_chunk_idx == self.schedule.num_edge_chunks - 1)
 
-    def _edges_per_position(self) -> int:
-        """Training edges of one chunk position, averaged over edge sets (for the ETA)."""
-        totals = [sum(sizes.values()) for sizes in self.data.bucket_sizes]
-        train_share = 1 - self.config.eval_fraction
-        return int(sum(totals) / len(totals) / self.schedule.num_edge_chunks * train_share)
+def publish_checkpoint(config: ConfigSchema, schedule: TrainingSchedule,
+                       store: CheckpointStore, version: int, position: ChunkPosition,
+                       records: list[dict[str, Any]], reporter: Reporter) -> None:
+    """After `version` is committed: announce it, append its bucket stats, and preserve it
+    if it ends an epoch that `checkpoint_preservation_interval` keeps."""
+    reporter.event("checkpoint committed", checkpoint_version=version,
+                   epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
+                   edge_chunk=position.edge_chunk_idx)
+    store.append_stats(records)
+    epochs_done = position.epoch_idx + 1
+    if schedule.ends_epoch(position) and should_preserve(
+            epochs_done, config.checkpoint_preservation_interval):
+        store.preserve(epochs_done)
+
+
+def should_stop(config: ConfigSchema, schedule: TrainingSchedule, position: ChunkPosition,
+                early_stopping: EarlyStopping, reporter: Reporter) -> bool:
+    """Whether early stopping ends the run after `position` (only at the end of an epoch)."""
+    if not (config.early_stopping and schedule.ends_epoch(position)
+            and early_stopping.epoch_ended()):
+        return False
+    reporter.event("early stopping: the held-out loss went up", epoch=position.epoch_idx + 1)
+    return True
 
 
 class EarlyStopping:
@@ -219,8 +361,12 @@ class EarlyStopping:
         self.previous: float | None = None
 
     def add(self, outcomes: list[BucketOutcome]) -> None:
-        self.losses += [o.eval_after["loss"] for o in outcomes
-                        if o.eval_after and "loss" in o.eval_after]
+        self.add_losses([o.eval_after["loss"] for o in outcomes
+                         if o.eval_after and "loss" in o.eval_after])
+
+    def add_losses(self, losses: Iterable[float]) -> None:
+        """Held-out losses of buckets trained in the current epoch."""
+        self.losses += list(losses)
 
     def epoch_ended(self) -> bool:
         """Close the epoch; True if training should stop."""

@@ -7,6 +7,8 @@ written here loads in PBG and the other way round.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from .optimizers import DenseAdagrad
 
 
 def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
-               optimizer: DenseAdagrad | None, metadata: dict[str, object]) -> None:
+               optimizer: DenseAdagrad | None, metadata: Mapping[str, Any]) -> None:
     names = model.public_parameter_names()
     params = {names[key]: (key, tensor.detach().numpy().copy())
               for key, tensor in model.state_dict().items()}

@@ -10,8 +10,9 @@ two partitions, not the whole graph.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,10 +27,11 @@ PartitionKey = tuple[str, int]  # (entity type, partition)
 
 @dataclass
 class Partition:
-    """One entity type's partition: its embedding table and Adagrad accumulators, shared."""
+    """One entity type's partition: its embedding table and Adagrad accumulators (in shared
+    memory while a trainer holds them, so that its Hogwild workers update them in place)."""
 
-    embeddings: torch.Tensor  # float32 [num_entities, dimension], in shared memory
-    adagrad_sum: torch.Tensor  # float32 [num_entities], in shared memory
+    embeddings: torch.Tensor  # float32 [num_entities, dimension]
+    adagrad_sum: torch.Tensor  # float32 [num_entities]
 
 
 def serialize_row_state(adagrad_sum: torch.Tensor, lr: float) -> bytes:
@@ -50,6 +52,63 @@ def deserialize_row_state(blob: bytes | None, num_rows: int) -> torch.Tensor | N
     return None
 
 
+def all_partition_keys(config: ConfigSchema) -> list[PartitionKey]:
+    """Every (entity type, partition) of a config, in config order."""
+    return [(name, part) for name, entity in config.entities.items()
+            for part in range(entity.num_partitions)]
+
+
+class PartitionLoader:
+    """Reads a partition from a checkpoint version, or from `init_path`, or initialises it.
+
+    Every place that needs a partition it does not have (the single-machine holder, a
+    partition server, a trainer swapping through storage) goes through this one rule, so a
+    partition starts from the same values whichever process first needs it.
+    """
+
+    def __init__(self, config: ConfigSchema, entity_counts: dict[str, list[int]],
+                 checkpoint: CheckpointStore, init: CheckpointStore | None,
+                 seed: int = 0) -> None:
+        self.config = config
+        self.entity_counts = entity_counts
+        self.checkpoint = checkpoint
+        self.init = init
+        self.seed = seed
+
+    def load(self, key: PartitionKey, version: int) -> Partition:
+        """The partition as checkpoint `version` holds it; with version 0 (nothing committed)
+        as `init_path` holds it, or freshly initialised from `init_scale`."""
+        entity, part = key
+        count = self.entity_counts[entity][part]
+        if version > 0:
+            source, source_version = self.checkpoint, version
+        elif self.init is not None:
+            source, source_version = self.init, None
+        else:
+            return self._fresh(entity, part, count)
+        embeddings, blob = source.read_embeddings(
+            entity, part, source_version, num_entities=count,
+            dimension=self.config.entity_dimension(entity))
+        table = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+        row_sum = deserialize_row_state(blob, count)
+        return Partition(table, torch.zeros(count) if row_sum is None else row_sum)
+
+    def write(self, key: PartitionKey, partition: Partition, version: int,
+              metadata: Mapping[str, Any]) -> None:
+        """Write the partition (with its optimizer state) into checkpoint `version`."""
+        entity, part = key
+        self.checkpoint.write_embeddings(
+            version, entity, part, partition.embeddings.numpy(),
+            serialize_row_state(partition.adagrad_sum, self.config.lr), metadata)
+
+    def _fresh(self, entity: str, part: int, count: int) -> Partition:
+        type_index = list(self.config.entities).index(entity)
+        generator = torch.Generator().manual_seed(stable_seed((self.seed, type_index, part)))
+        dimension = self.config.entity_dimension(entity)
+        table = torch.randn(count, dimension, generator=generator) * self.config.init_scale
+        return Partition(table, torch.zeros(count))
+
+
 class PartitionHolder:
     """Keeps the partitions a bucket needs in memory and writes the others to the checkpoint."""
 
@@ -57,11 +116,8 @@ class PartitionHolder:
                  checkpoint: CheckpointStore, init: CheckpointStore | None,
                  committed_version: int, seed: int = 0) -> None:
         self.config = config
-        self.entity_counts = entity_counts
-        self.checkpoint = checkpoint
-        self.init = init
+        self.loader = PartitionLoader(config, entity_counts, checkpoint, init, seed)
         self.committed_version = committed_version
-        self.seed = seed
         self.in_memory: dict[PartitionKey, Partition] = {}
         self.written_to_next: set[PartitionKey] = set()
 
@@ -70,10 +126,9 @@ class PartitionHolder:
         return self.committed_version + 1
 
     def all_keys(self) -> list[PartitionKey]:
-        return [(name, part) for name, entity in self.config.entities.items()
-                for part in range(entity.num_partitions)]
+        return all_partition_keys(self.config)
 
-    def hold(self, keys: Iterable[PartitionKey], metadata: dict[str, object]) -> dict[
+    def hold(self, keys: Iterable[PartitionKey], metadata: Mapping[str, Any]) -> dict[
             PartitionKey, Partition]:
         """Make exactly `keys` resident (swapping the rest out) and return them."""
         wanted = set(keys)
@@ -81,10 +136,10 @@ class PartitionHolder:
             self._swap_out(key, metadata)
         for key in wanted:
             if key not in self.in_memory:
-                self.in_memory[key] = self._load(key)
+                self.in_memory[key] = _shared(self._load(key))
         return {key: self.in_memory[key] for key in wanted}
 
-    def write_all(self, metadata: dict[str, object]) -> None:
+    def write_all(self, metadata: Mapping[str, Any]) -> None:
         """Put every partition into the next version (ready to commit), keeping memory as is."""
         for key, partition in self.in_memory.items():
             self._write(key, partition, metadata)
@@ -98,41 +153,20 @@ class PartitionHolder:
         self.committed_version = self.next_version
         self.written_to_next.clear()
 
-    def _swap_out(self, key: PartitionKey, metadata: dict[str, object]) -> None:
+    def _swap_out(self, key: PartitionKey, metadata: Mapping[str, Any]) -> None:
         self._write(key, self.in_memory.pop(key), metadata)
 
-    def _write(self, key: PartitionKey, partition: Partition, metadata: dict[str, object]) -> None:
-        entity, part = key
-        self.checkpoint.write_embeddings(
-            self.next_version, entity, part, partition.embeddings.numpy(),
-            serialize_row_state(partition.adagrad_sum, self.config.lr), metadata)
+    def _write(self, key: PartitionKey, partition: Partition, metadata: Mapping[str, Any]) -> None:
+        self.loader.write(key, partition, self.next_version, metadata)
         self.written_to_next.add(key)
 
     def _load(self, key: PartitionKey) -> Partition:
-        entity, part = key
-        count = self.entity_counts[entity][part]
-        if key in self.written_to_next:
-            source, version = self.checkpoint, self.next_version
-        elif self.committed_version > 0:
-            source, version = self.checkpoint, self.committed_version
-        elif self.init is not None:
-            source, version = self.init, None
-        else:
-            return self._fresh(entity, part, count)
-        embeddings, blob = source.read_embeddings(
-            entity, part, version, num_entities=count,
-            dimension=self.config.entity_dimension(entity))
-        table = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
-        row_sum = deserialize_row_state(blob, count)
-        return _shared(table, torch.zeros(count) if row_sum is None else row_sum)
-
-    def _fresh(self, entity: str, part: int, count: int) -> Partition:
-        type_index = list(self.config.entities).index(entity)
-        generator = torch.Generator().manual_seed(stable_seed((self.seed, type_index, part)))
-        dimension = self.config.entity_dimension(entity)
-        table = torch.randn(count, dimension, generator=generator) * self.config.init_scale
-        return _shared(table, torch.zeros(count))
+        # Swapped out earlier in this chunk: the version being written has the newest copy.
+        version = self.next_version if key in self.written_to_next else self.committed_version
+        return self.loader.load(key, version)
 
 
-def _shared(table: torch.Tensor, adagrad_sum: torch.Tensor) -> Partition:
-    return Partition(embeddings=table.share_memory_(), adagrad_sum=adagrad_sum.share_memory_())
+def _shared(partition: Partition) -> Partition:
+    """The partition in shared memory, where Hogwild workers can update it in place."""
+    return Partition(embeddings=partition.embeddings.share_memory_(),
+                     adagrad_sum=partition.adagrad_sum.share_memory_())

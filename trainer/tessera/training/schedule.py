@@ -114,6 +114,11 @@ class TrainingSchedule:
         for index in range(first, self.num_positions):
             yield self.position_at(index)
 
+    def ends_epoch(self, position: ChunkPosition) -> bool:
+        """Whether `position` is the last chunk of the last edge set of its epoch."""
+        return (position.edge_path_idx == self.num_edge_paths - 1
+                and position.edge_chunk_idx == self.num_edge_chunks - 1)
+
     def buckets(self, position: ChunkPosition) -> list[Bucket]:
         """The bucket order of one position, the same every time it is asked for."""
         generator = random.Random(stable_seed(
