@@ -16,7 +16,7 @@ from tessera.errors import EXIT_BAD_INPUT
 
 UMLS = Path(__file__).resolve().parents[2] / "examples" / "umls"
 
-COMMANDS = ["import", "train", "eval", "export", "config"]
+COMMANDS = ["import", "train", "eval", "export", "config", "lock-server", "partition-server"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
