@@ -449,6 +449,37 @@ def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
     return 2 * size ** 3 * repeats / (time.perf_counter() - started) / 1e9
 
 
+def flops_per_edge(config: dict[str, Any]) -> int:
+    """Floating-point operations one edge costs in matrix products, forward and backward.
+
+    Each side scores the edge against its M negatives (batch + uniform) with d-dimensional
+    inner products, 2 M d operations; backward takes two products of the same size (to the
+    positives and to the negatives): 3 x 2 M d per side, both sides corrupted.
+    """
+    negatives = config["num_batch_negs"] + config["num_uniform_negs"]
+    return 2 * 3 * 2 * negatives * config["dimension"]
+
+
+def print_comparison(results: list[RunResult], gflops: float, edge_flops: int) -> None:
+    """Tessera against PBG and against the arithmetic limit, per partition count (medians)."""
+    limit = gflops * 1e9 / edge_flops
+    print(f"\nArithmetic limit: {edge_flops:,} floating-point operations per edge in matrix "
+          f"products at {gflops:.1f} GFLOP/s = {limit:,.0f} edges/s.\n")
+    print("| partitions | rate | Tessera edges/s | PBG edges/s | Tessera / PBG "
+          "| Tessera / limit |")
+    print("|---|---|---|---|---|---|")
+    for count in sorted({result.partitions for result in results}):
+        for label, field in (("training loop", "loop_rate"), ("whole process", "process_rate")):
+            rates = {system: median([getattr(r, field) for r in results
+                                     if r.system == system and r.partitions == count])
+                     for system in ("Tessera", "PBG")}
+            tessera, pbg = rates["Tessera"], rates["PBG"]
+            ratio = f"{tessera / pbg:.2f}x" if tessera and pbg else "n/a"
+            share = f"{tessera / limit:.1%}" if tessera else "n/a"
+            print(f"| {count} | {label} | {tessera or 0:,.0f} | {pbg or 0:,.0f} | {ratio} "
+                  f"| {share} |")
+
+
 # --- command line -----------------------------------------------------------------------
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -503,6 +534,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           "time of its per-bucket log lines); memory sampled every 0.2 s from "
           "/proc/PID/smaps_rollup; the import is timed once per system and partition count.")
     print_results(results, args.repeats)
+    print_comparison(results, gflops, flops_per_edge(benchmark_config(OUTPUT, 1, args.lr,
+                                                                      args.epochs)))
 
 
 if __name__ == "__main__":

@@ -112,3 +112,22 @@ def test_gradients_are_finite_even_between_identical_embeddings(name: str) -> No
     for tensor in (lhs_pos, same, lhs_neg, rhs_neg):
         assert tensor.grad is not None and torch.isfinite(tensor.grad).all()
     assert lhs_neg.grad.abs().sum() > 0 and rhs_neg.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prepare_vjp_equals_autograd(name: str) -> None:
+    comparator = COMPARATORS[name]()
+    generator = torch.Generator().manual_seed(7)
+    embs = torch.randn(2, 3, 4, generator=generator)
+    embs[0, 0] = 0.0  # an all-zero embedding stays finite under cos
+    embs.requires_grad_()
+    upstream = torch.randn(2, 3, 4, generator=generator)
+    prepared = comparator.prepare(embs)
+    (prepared * upstream).sum().backward()
+    grad = comparator.prepare_vjp(embs.detach(), prepared.detach(), upstream)
+    torch.testing.assert_close(grad, embs.grad)
+
+
+def test_inner_product_comparators_are_those_the_closed_form_handles() -> None:
+    assert {n for n in NAMES if COMPARATORS[n].inner_product} == {"cos", "dot"}
+    assert not BiasedComparator(COMPARATORS["dot"]()).inner_product

@@ -176,7 +176,9 @@ def test_all_negs_scores_every_entity_but_the_positive(make_config) -> None:
                 expected = score(model, embedding(model, users, "user", int(batch.lhs.ids[i])),
                                  f(embedding(model, items, "item", item)))
                 assert got == pytest.approx(expected, abs=1e-5)
-    assert [t.rows.tolist() for t in result.touched] == [[0, 1, 2, 3], [0, 1, 2, 3, 4]]
+    # Rows are gathered as named: each side's entities, then every row of its partition.
+    assert [t.rows.tolist() for t in result.touched] == [[1, 3, 1, 0, 1, 2, 3],
+                                                        [4, 0, 2, 0, 1, 2, 3, 4]]
 
 
 def test_gradients_reach_the_gathered_rows_and_the_parameters(make_config) -> None:
@@ -201,7 +203,7 @@ def test_a_table_shared_by_both_sides_is_gathered_once(make_config) -> None:
     (nodes,) = tables(5, 6)
     result = model(edges([0] * 3, [0, 1, 2], [2, 3, 4]), nodes, nodes, num_batch_negs=3,
                    num_uniform_negs=0)
-    assert len(result.touched) == 1 and result.touched[0].rows.tolist() == [0, 1, 2, 3, 4]
+    assert len(result.touched) == 1 and result.touched[0].rows.tolist() == [0, 1, 2, 2, 3, 4]
 
 
 def test_evaluation_uses_its_own_counts_without_gradients(make_config) -> None:
@@ -307,5 +309,5 @@ def test_featurized_entities_are_the_mean_of_their_features(make_config) -> None
     assert torch.isfinite(result.lhs_neg_scores[0, 1:]).all()
     result.loss.backward()
     doc_rows = result.touched[0]
-    assert doc_rows.rows.tolist() == [0, 2, 3, 5] and doc_rows.table is features
+    assert doc_rows.rows.tolist() == [0, 5, 2, 5, 5, 3] and doc_rows.table is features
     assert torch.isfinite(doc_rows.embeddings.grad).all()

@@ -100,3 +100,16 @@ def test_no_negatives_leaves_only_the_logistic_positive_term(make_config) -> Non
     assert make_loss(make_config(loss_fn="softmax"))(pos, empty).item() == 0
     assert make_loss(make_config(loss_fn="logistic"))(pos, empty).item() == pytest.approx(
         softplus(0.0) + softplus(-2.0))
+
+
+def test_closed_form_gradients_equal_autograd_with_masked_negatives(loss_fn) -> None:
+    pos, neg = scores(6, num_edges=5, num_negs=4)
+    masked = neg.detach().clone()
+    masked[0, 1] = masked[3, 0] = masked[3, 2] = float("-inf")
+    masked.requires_grad_()
+    loss_fn(pos, masked).backward()
+    loss, pos_grad, neg_grad = loss_fn.value_and_gradients(pos.detach(), masked.detach().clone())
+    assert loss.item() == pytest.approx(loss_fn(pos, masked).item(), rel=1e-6)
+    torch.testing.assert_close(pos_grad, pos.grad)
+    torch.testing.assert_close(neg_grad, masked.grad)
+    assert neg_grad[0, 1] == neg_grad[3, 0] == 0.0

@@ -15,6 +15,7 @@ from tessera.model.negatives import (
     mask_negatives,
     negative_embeddings,
     negative_keys,
+    negative_mask,
     plan_chunking,
 )
 
@@ -113,3 +114,15 @@ def test_mask_hides_the_positive_itself_repeats_and_padding() -> None:
     padded = mask_negatives(torch.zeros(1, 2, 2), torch.tensor([[1, PADDING]]),
                             torch.tensor([[1, PADDING]]))
     assert padded[0, 0].tolist() == [INF, INF]
+
+
+def test_without_padding_the_mask_is_equality_alone() -> None:
+    assert not Chunking(6, 3).padded and Chunking(7, 3).padded
+    pos_keys, neg_keys = torch.tensor([[5, 6, 5]]), torch.tensor([[5, 6, 5, 7, 6]])
+    assert torch.equal(negative_mask(pos_keys, neg_keys, padded=False),
+                       negative_mask(pos_keys, neg_keys))
+    # With padding keys present, only the default looks for them.
+    with_padding = torch.tensor([[1, PADDING]])
+    assert negative_mask(with_padding, with_padding)[0, 0].tolist() == [True, True]
+    assert negative_mask(with_padding, with_padding, padded=False)[0, 0].tolist() == [True,
+                                                                                     False]

@@ -143,3 +143,26 @@ def test_regularizer_magnitudes_of_complex_coordinates_are_moduli() -> None:
     assert operator.embedding_magnitudes(torch.tensor([[6.0, 8.0]])).tolist() == [[10.0]]
     assert OPERATORS["diagonal"](2).embedding_magnitudes(torch.tensor([[-1.0, 2.0]])).tolist() \
         == [[1.0, 2.0]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vjp_equals_autograd(name: str) -> None:
+    generator = torch.Generator().manual_seed(4)
+    operator = OPERATORS[name](4)
+    set_parameters(operator, {k: torch.randn(p.shape, generator=generator)
+                              for k, p in operator.named_parameters()})
+    embs = torch.randn(2, 3, 4, generator=generator, requires_grad=True)
+    upstream = torch.randn(2, 3, 4, generator=generator)
+    (operator(embs) * upstream).sum().backward()
+    expected = {k: p.grad.clone() for k, p in operator.named_parameters()}
+    operator.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        grad = operator.vjp(embs.detach(), upstream)
+    torch.testing.assert_close(grad, embs.grad)
+    for param_name, param in operator.named_parameters():
+        torch.testing.assert_close(param.grad, expected[param_name], msg=param_name)
+    # A second call adds to the parameters' gradients, as a second backward() would.
+    with torch.no_grad():
+        operator.vjp(embs.detach(), upstream)
+    for param_name, param in operator.named_parameters():
+        torch.testing.assert_close(param.grad, 2 * expected[param_name], msg=param_name)

@@ -16,6 +16,7 @@ import torch
 from tessera.config import ConfigSchema
 from tessera.edgelist import EdgeList, EntityList
 from tessera.model import COMPARATORS, LOSSES, OPERATORS, EmbeddingModel
+from tessera.model.gradients import batch_gradients
 from tessera.training.optimizers import RowAdagrad, make_model_optimizer
 
 COMBINATIONS = list(itertools.product(sorted(OPERATORS), sorted(COMPARATORS), sorted(LOSSES)))
@@ -42,24 +43,24 @@ def ranking_accuracy(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Te
 
 def train(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
           rhs_table: torch.Tensor, steps: int) -> list[float]:
-    """Steps of the Tessera recipe: row-wise Adagrad on the touched rows, Adagrad on the rest."""
+    """Steps of the Tessera recipe: row-wise Adagrad on the used rows, Adagrad on the rest."""
     config: ConfigSchema = model.config
     row_optimizers = {id(table): RowAdagrad(table, config.lr) for table in (lhs_table, rhs_table)}
     model_optimizer = make_model_optimizer(model, config)
     generator = torch.Generator().manual_seed(0)
     losses = []
     for _ in range(steps):
-        result = model(edges, lhs_table, rhs_table, num_batch_negs=config.num_batch_negs,
-                       num_uniform_negs=config.num_uniform_negs, generator=generator)
         if model_optimizer is not None:
             model_optimizer.zero_grad()
-        result.loss.backward()
-        for touched in result.touched:
-            row_optimizers[id(touched.table)].step(touched.rows, touched.embeddings.grad,
-                                                   rows_are_unique=True)
+        gradients = batch_gradients(model, edges, lhs_table, rhs_table,
+                                    num_batch_negs=config.num_batch_negs,
+                                    num_uniform_negs=config.num_uniform_negs,
+                                    generator=generator)
+        for rows in gradients.rows:
+            row_optimizers[id(rows.table)].step(rows.rows, rows.grads)
         if model_optimizer is not None:
             model_optimizer.step()
-        losses.append(result.loss.item())
+        losses.append(gradients.loss)
     return losses
 
 

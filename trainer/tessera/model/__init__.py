@@ -3,12 +3,13 @@
 from .comparators import COMPARATORS, BiasedComparator, Comparator, make_comparator
 from .config_checks import check_model_config
 from .embedding_model import BatchResult, EmbeddingModel
+from .gradients import BatchGradients, batch_gradients
 from .losses import LOSSES, Loss, make_loss
 from .negatives import Chunking, plan_chunking
 from .operators import DYNAMIC_OPERATORS, OPERATORS, DynamicOperator, Operator
 from .parameter_names import public_name, state_dict_key
 from .regularizers import REGULARIZERS, N3Regularizer, make_regularizer
-from .rows import TouchedRows, gather_rows
+from .rows import RowGradients, TouchedRows, gather_rows
 
 __all__ = [
     "COMPARATORS",
@@ -16,6 +17,7 @@ __all__ = [
     "LOSSES",
     "OPERATORS",
     "REGULARIZERS",
+    "BatchGradients",
     "BatchResult",
     "BiasedComparator",
     "Chunking",
@@ -25,7 +27,9 @@ __all__ = [
     "Loss",
     "N3Regularizer",
     "Operator",
+    "RowGradients",
     "TouchedRows",
+    "batch_gradients",
     "check_model_config",
     "gather_rows",
     "make_comparator",

@@ -11,9 +11,14 @@ where `lhs_neg_scores[c, i, j]` scores `lhs_neg[c, j]` against `rhs_pos[c, i]` (
 its left-hand side replaced). `prepare` is applied once to every embedding before comparing
 (cosine normalises there), so that an embedding used as a positive and as a negative is
 prepared only once. Every comparator is symmetric in its two arguments.
+
+Dot and cosine score plain inner products of prepared embeddings: for them the training fast
+path (`closed_form`) writes the backward pass out, with `prepare_vjp` for the preparation.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 
@@ -23,8 +28,17 @@ Scores = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 class Comparator:
     """Dot product, the base of the others; subclasses change `prepare` or the products."""
 
+    # True where a score is exactly the inner product of two prepared embeddings.
+    inner_product: ClassVar[bool] = True
+
     def prepare(self, embs: torch.Tensor) -> torch.Tensor:
         return embs
+
+    def prepare_vjp(self, embs: torch.Tensor, prepared: torch.Tensor,
+                    grad: torch.Tensor) -> torch.Tensor:
+        """The gradient w.r.t. `embs` of sum(grad * prepare(embs)), `prepared` being the
+        latter (for inner-product comparators, whose backward the fast path writes out)."""
+        return grad
 
     def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
                  rhs_neg: torch.Tensor) -> Scores:
@@ -46,6 +60,14 @@ class CosComparator(Comparator):
         # clamped so that an all-zero embedding scores 0 instead of NaN.
         return embs * embs.norm(dim=-1, keepdim=True).clamp_min(1e-30).reciprocal()
 
+    def prepare_vjp(self, embs: torch.Tensor, prepared: torch.Tensor,
+                    grad: torch.Tensor) -> torch.Tensor:
+        # Scaling to unit norm passes on the part of the gradient orthogonal to the result,
+        # divided by the norm (for an all-zero embedding that part is the whole gradient).
+        along = (grad * prepared).sum(-1, keepdim=True)
+        reciprocal_norm = embs.norm(dim=-1, keepdim=True).clamp_min(1e-30).reciprocal()
+        return (grad - prepared * along) * reciprocal_norm
+
 
 def pairwise_squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """||a_i - b_j||^2 for every pair of each chunk, as |a|^2 + |b|^2 - 2 a.b (one bmm)."""
@@ -62,6 +84,8 @@ def clamped_sqrt(squared: torch.Tensor) -> torch.Tensor:
 class SquaredL2Comparator(Comparator):
     """The negated squared euclidean distance."""
 
+    inner_product = False
+
     def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
                  rhs_neg: torch.Tensor) -> Scores:
         pos_scores = (lhs_pos - rhs_pos).pow(2).sum(-1)
@@ -72,6 +96,8 @@ class SquaredL2Comparator(Comparator):
 
 class L2Comparator(Comparator):
     """The negated euclidean distance."""
+
+    inner_product = False
 
     def __call__(self, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor, lhs_neg: torch.Tensor,
                  rhs_neg: torch.Tensor) -> Scores:
@@ -84,6 +110,8 @@ class L2Comparator(Comparator):
 class BiasedComparator(Comparator):
     """Uses each embedding's first coordinate as a bias added to the score (config `bias`);
     the other coordinates go to the base comparator."""
+
+    inner_product = False
 
     def __init__(self, base: Comparator) -> None:
         self.base = base

@@ -63,6 +63,16 @@ class BatchResult:
 
 
 @dataclass(frozen=True)
+class BatchPlan:
+    """How a batch is scored: its relation's config entry, its chunks, each side's negatives."""
+
+    relation_index: int
+    chunking: Chunking
+    lhs_negatives: SideNegatives
+    rhs_negatives: SideNegatives
+
+
+@dataclass(frozen=True)
 class SideBatch:
     """One side of a batch: embeddings before operators, and what corrupts it."""
 
@@ -123,26 +133,20 @@ class EmbeddingModel(nn.Module):
         same tensor when both sides share one); the negative counts are arguments so that
         evaluation can use its own. Under torch.no_grad nothing takes gradients.
         """
-        relation_index = self._relation_index(edges)
-        relation = self.config.relations[relation_index]
-        chunking = plan_chunking(len(edges), relation.all_negs, num_batch_negs, num_uniform_negs)
-        negatives = [
-            choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
-                             all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
-                             num_uniform_negs=num_uniform_negs, num_rows=len(table),
-                             generator=generator)
-            for entities, table, disabled in (
-                (edges.lhs, lhs_table, self.config.disable_lhs_negs),
-                (edges.rhs, rhs_table, self.config.disable_rhs_negs))]
+        plan = self.plan_batch(edges, len(lhs_table), len(rhs_table),
+                               num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
+                               generator=generator)
+        relation = self.config.relations[plan.relation_index]
         gathered, touched = gather_rows(
-            [(lhs_table, _row_ids(edges.lhs, negatives[0])),
-             (rhs_table, _row_ids(edges.rhs, negatives[1]))], self.config.max_norm)
-        lhs = self._side(relation.lhs, edges.lhs, gathered[0], negatives[0])
-        rhs = self._side(relation.rhs, edges.rhs, gathered[1], negatives[1])
+            [(lhs_table, _row_ids(edges.lhs, plan.lhs_negatives)),
+             (rhs_table, _row_ids(edges.rhs, plan.rhs_negatives))], self.config.max_norm)
+        lhs = self._side(relation.lhs, edges.lhs, gathered[0], plan.lhs_negatives)
+        rhs = self._side(relation.rhs, edges.rhs, gathered[1], plan.rhs_negatives)
         if self.config.dynamic_relations:
-            scores, regularization = self._score_dynamic(chunking, edges.rel, lhs, rhs)
+            scores, regularization = self._score_dynamic(plan.chunking, edges.rel, lhs, rhs)
         else:
-            scores, regularization = self._score_one_relation(chunking, relation_index, lhs, rhs)
+            scores, regularization = self._score_one_relation(plan.chunking, plan.relation_index,
+                                                              lhs, rhs)
         lhs_pos, lhs_neg, rhs_pos, rhs_neg = scores
         loss = relation.weight * (self.loss_fn(lhs_pos, lhs_neg) + self.loss_fn(rhs_pos, rhs_neg))
         if regularization is not None:
@@ -151,6 +155,28 @@ class EmbeddingModel(nn.Module):
             loss=loss, regularization=0.0 if regularization is None else regularization.item(),
             count=len(edges), lhs_pos_scores=lhs_pos.detach(), lhs_neg_scores=lhs_neg.detach(),
             rhs_pos_scores=rhs_pos.detach(), rhs_neg_scores=rhs_neg.detach(), touched=touched)
+
+    def plan_batch(self, edges: EdgeList, lhs_rows: int, rhs_rows: int, *, num_batch_negs: int,
+                   num_uniform_negs: int, generator: torch.Generator | None) -> BatchPlan:
+        """The relation, chunks and negatives of a batch whose sides' partitions have
+        `lhs_rows` and `rhs_rows` entities (uniform negatives are drawn here)."""
+        relation_index = self._relation_index(edges)
+        relation = self.config.relations[relation_index]
+        chunking = plan_chunking(len(edges), relation.all_negs, num_batch_negs, num_uniform_negs)
+        lhs_negatives, rhs_negatives = (
+            choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
+                             all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
+                             num_uniform_negs=num_uniform_negs, num_rows=num_rows,
+                             generator=generator)
+            for entities, num_rows, disabled in (
+                (edges.lhs, lhs_rows, self.config.disable_lhs_negs),
+                (edges.rhs, rhs_rows, self.config.disable_rhs_negs)))
+        return BatchPlan(relation_index, chunking, lhs_negatives, rhs_negatives)
+
+    def global_embedding(self, entity_type: str) -> nn.Parameter | None:
+        """The entity type's global embedding, added to all its embeddings (None if off)."""
+        key = f"emb_{entity_type}"
+        return self.global_embs[key] if key in self.global_embs else None
 
     def _relation_index(self, edges: EdgeList) -> int:
         """The config relation whose types, weight and negatives apply to the batch."""
@@ -173,10 +199,10 @@ class EmbeddingModel(nn.Module):
             pos = gathered[0]
             keys = entities.ids
         extra = gathered[1] if negatives.extra_rows is not None else None
-        global_key = f"emb_{entity_type}"
-        if global_key in self.global_embs:
-            pos = pos + self.global_embs[global_key]
-            extra = None if extra is None else extra + self.global_embs[global_key]
+        global_embedding = self.global_embedding(entity_type)
+        if global_embedding is not None:
+            pos = pos + global_embedding
+            extra = None if extra is None else extra + global_embedding
         return SideBatch(pos=pos, keys=keys, negatives=negatives, extra=extra)
 
     def _score_one_relation(self, chunking: Chunking, relation_index: int, lhs: SideBatch,

@@ -33,6 +33,11 @@ class Chunking:
     def num_chunks(self) -> int:
         return -(-self.num_edges // self.chunk_size)
 
+    @property
+    def padded(self) -> bool:
+        """Whether the last chunk is shorter than the others, so `chunk` pads it."""
+        return self.num_edges % self.chunk_size != 0
+
     def chunk(self, values: torch.Tensor, padding_value: float = 0) -> torch.Tensor:
         """[N, ...] -> [num_chunks, chunk_size, ...], padded at the end of the last chunk."""
         missing = self.num_chunks * self.chunk_size - self.num_edges
@@ -116,12 +121,20 @@ def negative_embeddings(chunking: Chunking, negatives: SideNegatives, pos_chunks
     return torch.cat(parts, dim=1)
 
 
-def mask_negatives(scores: torch.Tensor, pos_keys: torch.Tensor,
-                   neg_keys: torch.Tensor) -> torch.Tensor:
-    """Scores [C, S, M] with -inf where the negative is the positive itself or padding.
+def negative_mask(pos_keys: torch.Tensor, neg_keys: torch.Tensor,
+                  padded: bool = True) -> torch.Tensor:
+    """[C, S, M]: True where the negative is the positive itself or padding.
 
     `pos_keys` [C, S] and `neg_keys` [C, M] identify entities (or, on featurized sides,
-    edges); out of place, so that masked scores pass no gradient back.
+    edges). Padding is rare (the last batch's last chunk): `padded=False` says there is none,
+    which spares a pass over the mask.
     """
-    ignore = (pos_keys.unsqueeze(2) == neg_keys.unsqueeze(1)) | (neg_keys == PADDING).unsqueeze(1)
-    return scores.masked_fill(ignore, float("-inf"))
+    same = pos_keys.unsqueeze(2) == neg_keys.unsqueeze(1)
+    return same | (neg_keys == PADDING).unsqueeze(1) if padded else same
+
+
+def mask_negatives(scores: torch.Tensor, pos_keys: torch.Tensor,
+                   neg_keys: torch.Tensor) -> torch.Tensor:
+    """Scores [C, S, M] with -inf where `negative_mask` says; out of place, so that masked
+    scores pass no gradient back."""
+    return scores.masked_fill(negative_mask(pos_keys, neg_keys), float("-inf"))

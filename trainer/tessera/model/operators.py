@@ -7,7 +7,9 @@ relation; dynamic operators hold a leading `[num_operations]` dimension and pick
 embedding's parameters by its relation index, for batches that mix relation types.
 
 Operators also say what the N3 regularizer penalises: the magnitude of each coordinate, where
-a complex operator's coordinate is a (real, imaginary) pair.
+a complex operator's coordinate is a (real, imaginary) pair. Plain operators also write out
+their backward pass (`vjp`), which the training fast path (`closed_form`) uses instead of
+autograd.
 """
 
 from __future__ import annotations
@@ -48,6 +50,24 @@ def matrix_vector(matrices: torch.Tensor, embs: torch.Tensor) -> torch.Tensor:
     return torch.matmul(matrices, embs.unsqueeze(-1)).squeeze(-1)
 
 
+def accumulate_grad(param: nn.Parameter, grad: torch.Tensor) -> None:
+    """Add `grad` to `param.grad`, creating it on first use, as autograd's backward does."""
+    if param.grad is None:
+        param.grad = grad
+    else:
+        param.grad += grad
+
+
+def summed_over_rows(values: torch.Tensor) -> torch.Tensor:
+    """[..., dim] -> [dim]: a shared parameter's gradient is the sum over every row using it."""
+    return values.reshape(-1, values.shape[-1]).sum(0)
+
+
+def outer_summed_over_rows(grad: torch.Tensor, embs: torch.Tensor) -> torch.Tensor:
+    """sum_i grad_i embs_i^T, the gradient of a matrix applied to every row (one product)."""
+    return grad.reshape(-1, grad.shape[-1]).T @ embs.reshape(-1, embs.shape[-1])
+
+
 class Operator(nn.Module):
     """Transforms every embedding of one relation with the same parameters."""
 
@@ -60,6 +80,11 @@ class Operator(nn.Module):
 
     def forward(self, embs: torch.Tensor) -> torch.Tensor:
         return embs
+
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """The gradient w.r.t. `embs` [..., dim] of sum(grad * forward(embs)); the parameters'
+        gradients are added to their `.grad`, as `backward()` would."""
+        return grad
 
     def parameter_magnitudes(self) -> torch.Tensor | None:
         """What N3 penalises in the parameters (None: nothing)."""
@@ -82,6 +107,10 @@ class TranslationOperator(Operator):
     def forward(self, embs: torch.Tensor) -> torch.Tensor:
         return embs + self.translation
 
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        accumulate_grad(self.translation, summed_over_rows(grad))
+        return grad
+
     def parameter_magnitudes(self) -> torch.Tensor:
         return self.translation.abs()
 
@@ -93,6 +122,10 @@ class DiagonalOperator(Operator):
 
     def forward(self, embs: torch.Tensor) -> torch.Tensor:
         return embs * self.diagonal
+
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        accumulate_grad(self.diagonal, summed_over_rows(grad * embs))
+        return grad * self.diagonal
 
     def parameter_magnitudes(self) -> torch.Tensor:
         return self.diagonal.abs()
@@ -108,6 +141,10 @@ class LinearOperator(Operator):
     def forward(self, embs: torch.Tensor) -> torch.Tensor:
         return matrix_vector(self.linear_transformation, embs)
 
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        accumulate_grad(self.linear_transformation, outer_summed_over_rows(grad, embs))
+        return grad @ self.linear_transformation
+
 
 class AffineOperator(Operator):
     regularizable = False
@@ -119,6 +156,11 @@ class AffineOperator(Operator):
 
     def forward(self, embs: torch.Tensor) -> torch.Tensor:
         return matrix_vector(self.linear_transformation, embs) + self.translation
+
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        accumulate_grad(self.linear_transformation, outer_summed_over_rows(grad, embs))
+        accumulate_grad(self.translation, summed_over_rows(grad))
+        return grad @ self.linear_transformation
 
 
 class ComplexDiagonalOperator(Operator):
@@ -132,6 +174,15 @@ class ComplexDiagonalOperator(Operator):
 
     def forward(self, embs: torch.Tensor) -> torch.Tensor:
         return complex_product(embs, self.real, self.imag)
+
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        # With x = a + ib, w = real + i imag and upstream g = g1 + i g2: d/dw is sum(g conj(x)),
+        # d/dx is g conj(w).
+        half = embs.shape[-1] // 2
+        a, b, g1, g2 = embs[..., :half], embs[..., half:], grad[..., :half], grad[..., half:]
+        accumulate_grad(self.real, summed_over_rows(g1 * a + g2 * b))
+        accumulate_grad(self.imag, summed_over_rows(g2 * a - g1 * b))
+        return complex_product(grad, self.real, -self.imag)
 
     def parameter_magnitudes(self) -> torch.Tensor:
         return complex_modulus(self.real, self.imag)

@@ -8,6 +8,8 @@ relation type is drawn in proportion to the edges of that type still left.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -66,11 +68,18 @@ def _single_relation_batches(edges: EdgeList, batch_size: int,
     # "the first edges of a type still left" is a cursor moving through its group.
     grouped = edges[torch.argsort(edges.rel, stable=True)]
     _, counts = torch.unique_consecutive(grouped.rel, return_counts=True)
-    left = counts.double()
-    cursors = (torch.cumsum(counts, 0) - counts).tolist()
-    while bool(left.any()):
-        group = int(torch.multinomial(left, 1, generator=generator))
-        size = min(batch_size, int(left[group]))
+    left = counts.tolist()
+    cursors = list(itertools.accumulate(left, initial=0))
+    while any(left):
+        group = _draw_in_proportion(left, generator)
+        size = min(batch_size, left[group])
         yield grouped[cursors[group]:cursors[group] + size]
         cursors[group] += size
         left[group] -= size
+
+
+def _draw_in_proportion(weights: list[int], generator: torch.Generator) -> int:
+    """An index drawn with probability proportional to its weight; in plain Python, since
+    this runs once per batch and torch.multinomial costs a noticeable share of one."""
+    point = float(torch.rand((), generator=generator, dtype=torch.float64)) * sum(weights)
+    return bisect.bisect_right(list(itertools.accumulate(weights)), point)

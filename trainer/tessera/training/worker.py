@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..edgelist import EdgeList
-from ..model import EmbeddingModel
+from ..model import EmbeddingModel, batch_gradients
 from .batching import iter_batches
 from .optimizers import DenseAdagrad, RowAdagrad
 from .partitions import Partition, PartitionKey
@@ -69,20 +69,18 @@ def train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
     for batch in iter_batches(task.edges, settings.batch_size, settings.dynamic_relations,
                               generator):
         relation = 0 if settings.dynamic_relations else int(batch.rel[0])
-        lhs = task.partitions[task.lhs_keys[relation]].embeddings
-        rhs = task.partitions[task.rhs_keys[relation]].embeddings
-        result = state.model(batch, lhs, rhs, num_batch_negs=settings.num_batch_negs,
-                             num_uniform_negs=settings.num_uniform_negs, generator=generator)
         if state.optimizer is not None:
             state.optimizer.zero_grad()
-        result.loss.backward()
-        for touched in result.touched:
-            assert touched.embeddings.grad is not None
-            by_table[id(touched.table)].step(touched.rows, touched.embeddings.grad,
-                                             rows_are_unique=True)
+        gradients = batch_gradients(
+            state.model, batch, task.partitions[task.lhs_keys[relation]].embeddings,
+            task.partitions[task.rhs_keys[relation]].embeddings,
+            num_batch_negs=settings.num_batch_negs, num_uniform_negs=settings.num_uniform_negs,
+            generator=generator)
+        for rows in gradients.rows:
+            by_table[id(rows.table)].step(rows.rows, rows.grads)
         if state.optimizer is not None:
             state.optimizer.step()
-        loss_sum += float(result.loss.detach())
-        regularization += result.regularization
+        loss_sum += gradients.loss
+        regularization += gradients.regularization
     return WorkerStats(loss=loss_sum, regularization=regularization, count=len(task.edges),
                        seconds=time.monotonic() - started)
