@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,3 +48,44 @@ def test_a_freed_batch_tensor_stays_in_the_heap_for_the_next_batch() -> None:
     # By default glibc would map the tensor's own pages and unmap them when it is freed.
     assert mapped == 0
     assert heap_with_tensor >= 24 and heap_after_free >= 24
+
+
+# A parent that starts a pool of two workers, prints their pids and waits to be killed.
+PARENT_OF_A_POOL = """
+import time
+from tessera.training.hogwild import HogwildPool
+def echo(shared, task):
+    return task
+if __name__ == "__main__":
+    pool = HogwildPool(2, echo, None)
+    assert pool.run([1, 2]) == [1, 2]
+    print(*[process.pid for process in pool.processes], flush=True)
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_die_when_their_parent_is_killed(tmp_path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT_OF_A_POOL)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        workers = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in workers)
+    finally:
+        parent.kill()
+        parent.wait()

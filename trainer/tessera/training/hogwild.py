@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import os
 import queue
+import signal
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +50,22 @@ def keep_freed_memory() -> bool:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
                 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
+
+
+def die_with_parent() -> bool:
+    """Ask Linux to kill this worker when the process that started it dies; False elsewhere.
+
+    A trainer killed with SIGKILL cannot stop its workers itself; without this they would
+    keep training against tables nobody will ever save, holding memory and cores.
+    """
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+    except (OSError, AttributeError):
+        return False
+    return prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
 
 
 class HogwildPool:
@@ -109,6 +126,7 @@ class HogwildPool:
 
 def _worker_main(rank: int, num_threads: int, function: Callable[[Any, Any], Any], shared: Any,
                  tasks: Any, results: Any) -> None:
+    die_with_parent()
     torch.set_num_threads(num_threads)
     keep_freed_memory()
     while True:
