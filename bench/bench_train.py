@@ -460,6 +460,31 @@ def flops_per_edge(config: dict[str, Any]) -> int:
     return 2 * 3 * 2 * negatives * config["dimension"]
 
 
+def memory_bound(nodes: int, edges: int, partitions: int, dimension: int) -> int:
+    """Bytes a trainer cannot do without: two partitions' embeddings and row-wise Adagrad sums
+    (float32; one partition when unpartitioned) and the largest bucket's edges (two int64
+    ids and a relation id per edge, all in one chunk)."""
+    rows = -(-nodes // partitions)
+    held = 1 if partitions == 1 else 2
+    bucket_edges = -(-edges // partitions ** 2)
+    return held * rows * (dimension + 1) * 4 + bucket_edges * 3 * 8
+
+
+def print_memory_bound(results: list[RunResult], nodes: int, edges: int,
+                       dimension: int) -> None:
+    print("\n| partitions | bound: 2 partitions + Adagrad + 1 bucket (GB) "
+          "| Tessera peak PSS (GB) | PBG peak PSS (GB) |")
+    print("|---|---|---|---|")
+    for count in sorted({result.partitions for result in results}):
+        peaks = {system: median([r.peak_tree_pss for r in results if r.system == system
+                                 and r.partitions == count and r.peak_tree_pss])
+                 for system in ("Tessera", "PBG")}
+        shown = {system: "-" if peak is None else f"{peak / GB:.2f}"
+                 for system, peak in peaks.items()}
+        print(f"| {count} | {memory_bound(nodes, edges, count, dimension) / GB:.2f} "
+              f"| {shown['Tessera']} | {shown['PBG']} |")
+
+
 def print_comparison(results: list[RunResult], gflops: float, edge_flops: int) -> None:
     """Tessera against PBG and against the arithmetic limit, per partition count (medians)."""
     limit = gflops * 1e9 / edge_flops
@@ -534,8 +559,9 @@ def main(argv: Sequence[str] | None = None) -> None:
           "time of its per-bucket log lines); memory sampled every 0.2 s from "
           "/proc/PID/smaps_rollup; the import is timed once per system and partition count.")
     print_results(results, args.repeats)
-    print_comparison(results, gflops, flops_per_edge(benchmark_config(OUTPUT, 1, args.lr,
-                                                                      args.epochs)))
+    config = benchmark_config(OUTPUT, 1, args.lr, args.epochs)
+    print_comparison(results, gflops, flops_per_edge(config))
+    print_memory_bound(results, args.nodes, graph.num_train, config["dimension"])
 
 
 if __name__ == "__main__":

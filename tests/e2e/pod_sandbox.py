@@ -65,7 +65,7 @@ def sandbox_command(sandbox: Sandbox) -> list[str]:
         script += _views(sandbox)
     script += [f"mount --bind {shlex.quote(str(sandbox.hosts_file))} /etc/hosts"]
     for mount in _in_mount_order(sandbox.mounts):
-        script += _mount(mount)
+        script += _mount(mount, sandbox.reachable)
     if sandbox.read_only_root:
         script.append("mount -o remount,ro,bind /")
     script.append(f"exec {_drop_privileges(sandbox)} env -i \"$@\"")
@@ -74,11 +74,22 @@ def sandbox_command(sandbox: Sandbox) -> list[str]:
             "\n".join(script), "pod-sandbox", *environment, *sandbox.argv]
 
 
-def _mount(mount: Mount) -> list[str]:
+def _mount(mount: Mount, reachable: tuple[Path, ...] = ()) -> list[str]:
     target = shlex.quote(mount.target)
+    hidden = sorted(path.resolve() for path in reachable
+              if _is_within(path.resolve(), Path(mount.target)))
     if mount.source is None:
+        if hidden:
+            raise ValueError(f"a memory volume at {mount.target} would hide {hidden}")
         return [f"mount -t tmpfs -o mode=1777,size={MEMORY_VOLUME_SIZE} tmpfs {target}"]
-    lines = [f"mount --bind {shlex.quote(str(mount.source))} {target}"]
+    # A volume over a directory that holds the Python environment (the project checked out
+    # under /tmp): bind that path into the volume first, so it stays where it was.
+    lines = []
+    for path in hidden:
+        inside = mount.source / path.relative_to(mount.target)
+        inside.mkdir(parents=True, exist_ok=True)
+        lines.append(f"mount --bind {shlex.quote(str(path))} {shlex.quote(str(inside))}")
+    lines.append(f"mount --rbind {shlex.quote(str(mount.source))} {target}")
     if mount.read_only:
         lines.append(f"mount -o remount,ro,bind {target}")
     return lines

@@ -23,7 +23,7 @@ ApiRead = Callable[[str], Awaitable["dict[str, Any] | None"]]
 # The node's own environment: the image's PATH is the running Python's.
 NODE_PATH = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
 # What a non-root container user must be able to reach: the interpreter and the package.
-ENVIRONMENT_PATHS = (Path(sys.prefix), Path(__file__).resolve().parents[2])
+ENVIRONMENT_PATHS = (Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2])
 CLUSTER_DOMAIN = "svc.cluster.local"
 
 

@@ -37,7 +37,8 @@ def test_a_sandboxed_container_sees_its_volumes_user_and_names_only(tmp_path: Pa
         hostname="tessera-pod", hosts_file=hosts, stage=tmp_path / "stage",
         mounts=[Mount("/tmp", scratch), Mount("/etc/tessera", config, read_only=True),
                 Mount("/dev/shm")],
-        uid=10001, gid=10001, read_only_root=True, reachable=(Path(sys.prefix),))
+        uid=10001, gid=10001, read_only_root=True,
+        reachable=(Path(sys.prefix), Path(sys.base_prefix)))
     assert not Path("/etc/tessera").exists()  # added inside the sandbox only
 
     done = subprocess.run(sandbox_command(sandbox), capture_output=True, text=True,
