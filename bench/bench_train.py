@@ -501,8 +501,8 @@ def print_comparison(results: list[RunResult], gflops: float, edge_flops: int) -
             tessera, pbg = rates["Tessera"], rates["PBG"]
             ratio = f"{tessera / pbg:.2f}x" if tessera and pbg else "n/a"
             share = f"{tessera / limit:.1%}" if tessera else "n/a"
-            print(f"| {count} | {label} | {tessera or 0:,.0f} | {pbg or 0:,.0f} | {ratio} "
-                  f"| {share} |")
+            shown = ["-" if rate is None else f"{rate:,.0f}" for rate in (tessera, pbg)]
+            print(f"| {count} | {label} | {shown[0]} | {shown[1]} | {ratio} | {share} |")
 
 
 # --- command line -----------------------------------------------------------------------
