@@ -157,7 +157,7 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
         version, start = plan["committed_version"], plan["start"]
         init = open_init_store(config)
         state = build_model_state(config, data, store, version, init)
-        backend = _backend(world, config, data, store, lock, version)
+        backend = _backend(world, config, data, store, init, lock, version)
         partitions = RemotePartitions(backend, lock)
         sync = ParameterSync(shared_tensors(state), world.peers,
                              layout.parameter_server_names(), PARAMETER_SYNC_INTERVAL,
@@ -176,8 +176,8 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
 
 
 def _backend(world: World, config: ConfigSchema, data: GraphData, store: CheckpointStore,
-             lock: LockClient, version: int) -> PartitionBackend:
+             init: CheckpointStore | None, lock: LockClient, version: int) -> PartitionBackend:
     if world.layout.num_partition_servers > 0:
         return ServerPartitions(world)
-    loader = PartitionLoader(config, data.entity_counts, store, open_init_store(config))
+    loader = PartitionLoader(config, data.entity_counts, store, init)
     return StoragePartitions(loader, lock, version)
