@@ -18,7 +18,7 @@ edge j's left side):
 since corrupting edge i's right side with edge j's is the same pair as corrupting edge j's
 left side with edge i's. When both sides use batch negatives, B is computed once, and
 backward adds the gradients both sides send it before the one product per side that
-carries them on (`fold_batch_gradients`).
+carries them on.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import cast
 import torch
 from torch import nn
 
+from .. import kernels
 from ..edgelist import EdgeList, EntityList
 from .comparators import Comparator
 from .embedding_model import EmbeddingModel
@@ -169,26 +170,34 @@ def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_f
                     weight: float) -> torch.Tensor:
     """The loss of both sides' corruptions; its gradients w.r.t. both sides' embeddings go
     to their `grad`."""
-    shared = lhs.layout.use_batch and rhs.layout.use_batch
+    size = chunking.chunk_size
     lhs_scores = torch.bmm(rhs.pos, lhs.negatives.transpose(1, 2))
     pos_scores = positive_scores(lhs, rhs, lhs_scores)
-    if shared:
-        batch_block = lhs_scores[:, :, :chunking.chunk_size].transpose(1, 2)
-        rhs_extra = torch.bmm(lhs.pos, rhs.embs[:, chunking.chunk_size:].transpose(1, 2))
-        rhs_scores = torch.cat([batch_block, rhs_extra], dim=2)
+    pos_grad = pos_scores.new_zeros(pos_scores.shape)
+    shared = lhs.layout.use_batch and rhs.layout.use_batch
+    if shared:  # the right side's batch block is the left's B, transposed
+        batch_block = lhs_scores[:, :, :size]
+        rhs_extra = torch.bmm(lhs.pos, rhs.embs[:, size:].transpose(1, 2))
+        rhs_batch_grad = torch.empty_like(batch_block)  # transposed, like B
+        # The right side first: the left side's gradients overwrite B.
+        rhs_loss = side_loss(chunking, pos_scores, [batch_block.transpose(1, 2), rhs_extra],
+                             [rhs_batch_grad.transpose(1, 2), rhs_extra], rhs.layout, loss_fn,
+                             weight, pos_grad)
+        lhs_loss = side_loss(chunking, pos_scores, [lhs_scores], [lhs_scores], lhs.layout,
+                             loss_fn, weight, pos_grad)
+        batch_block += rhs_batch_grad  # the whole gradient w.r.t. B, from both sides
+        rhs_neg_grad = torch.cat([batch_block.transpose(1, 2), rhs_extra], dim=2)
     else:
-        rhs_scores = torch.bmm(lhs.pos, rhs.negatives.transpose(1, 2))
-    lhs_loss, lhs_pos_grad, lhs_neg_grad = side_loss(chunking, pos_scores, lhs_scores, lhs,
-                                                     loss_fn, weight)
-    rhs_loss, rhs_pos_grad, rhs_neg_grad = side_loss(chunking, pos_scores, rhs_scores, rhs,
-                                                     loss_fn, weight)
-    if shared:
-        fold_batch_gradients(lhs_neg_grad, rhs_neg_grad, chunking.chunk_size)
+        rhs_neg_grad = torch.bmm(lhs.pos, rhs.negatives.transpose(1, 2))
+        rhs_loss = side_loss(chunking, pos_scores, [rhs_neg_grad], [rhs_neg_grad], rhs.layout,
+                             loss_fn, weight, pos_grad)
+        lhs_loss = side_loss(chunking, pos_scores, [lhs_scores], [lhs_scores], lhs.layout,
+                             loss_fn, weight, pos_grad)
     # Each positive score is the inner product of the edge's two sides.
-    pos_grad = chunking.chunk(lhs_pos_grad + rhs_pos_grad).unsqueeze(2)
-    write_gradient(lhs, pos_grad * rhs.pos, rhs_neg_grad, rhs, lhs_neg_grad, shared)
-    write_gradient(rhs, pos_grad * lhs.pos, lhs_neg_grad, lhs, rhs_neg_grad, shared)
-    return (lhs_loss + rhs_loss) * weight
+    pos_grad = pos_grad.unsqueeze(2)
+    write_gradient(lhs, pos_grad * rhs.pos, rhs_neg_grad, rhs, lhs_scores, shared)
+    write_gradient(rhs, pos_grad * lhs.pos, lhs_scores, lhs, rhs_neg_grad, shared)
+    return lhs_loss + rhs_loss
 
 
 def positive_scores(lhs: ScoredSide, rhs: ScoredSide, lhs_scores: torch.Tensor
@@ -200,28 +209,37 @@ def positive_scores(lhs: ScoredSide, rhs: ScoredSide, lhs_scores: torch.Tensor
     return (lhs.pos * rhs.pos).sum(-1)
 
 
-def side_loss(chunking: Chunking, pos_scores: torch.Tensor, neg_scores: torch.Tensor,
-              side: ScoredSide, loss_fn: Loss, weight: float
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The loss of one side's corruptions, with its gradients w.r.t. the positive [N] and
-    the negative [C, S, M] scores (relation weight included); `neg_scores` is consumed."""
+def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.Tensor],
+              grads: list[torch.Tensor], layout: SideLayout, loss_fn: Loss, weight: float,
+              pos_grad: torch.Tensor) -> torch.Tensor:
+    """The loss of one side's corruptions (relation weight included), whose negatives'
+    scores [C, S, M] are `blocks` side by side. Writes their gradients to `grads` (shaped
+    like `blocks`, possibly the same tensors) and adds the positives' to `pos_grad` [C, S]."""
+    widths = [block.shape[2] for block in blocks]
+    neg_keys = layout.keys[:, layout.neg_start:]
+    if kernels.supports_loss(loss_fn.name):
+        keys = neg_keys.split(widths, dim=1)
+        loss = kernels.ranking_loss(
+            getattr(loss_fn, "margin", 0.0), weight, chunking.num_edges, pos_scores,
+            layout.keys[:, :layout.num_pos], list(zip(blocks, grads, keys)), pos_grad)
+        return torch.tensor(loss)
+    scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
     # In place, through `where`: on CPU, masked_fill_ takes twice as long.
-    torch.where(side.layout.mask(), MINUS_INFINITY, neg_scores, out=neg_scores)
-    loss, pos_grad, neg_grad = loss_fn.value_and_gradients(
-        chunking.unchunk(pos_scores), chunking.unchunk(neg_scores))
+    torch.where(layout.mask(), MINUS_INFINITY, scores, out=scores)
+    edge_scores = chunking.unchunk(scores)
+    loss, edge_pos_grad, edge_neg_grad = loss_fn.value_and_gradients(
+        chunking.unchunk(pos_scores), edge_scores)
+    if edge_neg_grad.data_ptr() != edge_scores.data_ptr():
+        edge_scores.copy_(edge_neg_grad)
+    scores.flatten(0, 1)[chunking.num_edges:] = 0  # padding
     if weight != 1:
-        pos_grad, neg_grad = pos_grad * weight, neg_grad.mul_(weight)
-    return loss, pos_grad, chunking.chunk(neg_grad)
-
-
-def fold_batch_gradients(lhs_neg_grad: torch.Tensor, rhs_neg_grad: torch.Tensor,
-                         chunk_size: int) -> None:
-    """Make both batch blocks hold the whole gradient w.r.t. B (transposed on the right), in
-    place: the product carrying each side's scores to its queries then also carries the
-    other side's batch block to its negatives, so negatives only need their extra slots."""
-    lhs_block, rhs_block = lhs_neg_grad[:, :, :chunk_size], rhs_neg_grad[:, :, :chunk_size]
-    lhs_block.add_(rhs_block.transpose(1, 2))
-    rhs_block.copy_(lhs_block.transpose(1, 2))
+        loss, edge_pos_grad = loss * weight, edge_pos_grad * weight
+        scores.mul_(weight)
+    for grad, block_grad in zip(grads, scores.split(widths, dim=2)):
+        if grad.data_ptr() != block_grad.data_ptr() or grad.stride() != block_grad.stride():
+            grad.copy_(block_grad)
+    chunking.unchunk(pos_grad).add_(edge_pos_grad)
+    return loss
 
 
 def write_gradient(side: ScoredSide, pos_grad: torch.Tensor, query_score_grad: torch.Tensor,

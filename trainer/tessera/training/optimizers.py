@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import kernels
 from ..config import ConfigSchema
 from ..errors import BadInputError
 
@@ -61,9 +62,19 @@ class RowAdagrad:
         self.table = table
         self.lr = lr
         self.row_sum = row_sum
+        self.use_kernel = (kernels.AVAILABLE and table.dtype == torch.float32
+                           and table.is_contiguous() and row_sum.is_contiguous())
+        # The compiled step's scratch: where each row's gradients are being summed.
+        self.slots = torch.full((len(table),), -1, dtype=torch.int32) if self.use_kernel \
+            else None
 
     def step(self, rows: torch.Tensor, grads: torch.Tensor) -> None:
-        """Update `table[rows]` given one gradient per row named, [len(rows), dim]."""
+        """Update `table[rows]` given one gradient per row named, [len(rows), dim]
+        (`grads` may be overwritten)."""
+        if self.slots is not None:
+            kernels.row_adagrad(self.table, self.row_sum, rows.contiguous(),
+                                grads.contiguous(), self.lr, EPSILON, self.slots)
+            return
         rows, grads = coalesce_rows(rows, grads)
         # The mean square of each row, without materialising the squares.
         delta = torch.linalg.vector_norm(grads, dim=1).square_().div_(grads.shape[1])

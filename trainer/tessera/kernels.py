@@ -1,0 +1,101 @@
+"""The compiled fast path of the training step (`_kernels.c`), behind checked Python calls.
+
+The extension is built at install time when a C compiler is present. Without it, or with
+`TESSERA_KERNELS=0` in the environment, `AVAILABLE` is False and the callers use their torch
+code, which computes the same thing (the tests hold the two equal).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+
+try:
+    from . import _kernels
+except ImportError:  # built without a C compiler
+    _kernels = None
+
+AVAILABLE = _kernels is not None and os.environ.get("TESSERA_KERNELS", "1") != "0"
+
+
+
+def supports_loss(loss_name: str) -> bool:
+    """Whether `ranking_loss` can stand in for the loss (the others vectorise well in torch)."""
+    return AVAILABLE and loss_name == "ranking"
+
+
+def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> None:
+    if tensor.dtype != dtype or tensor.dim() != dims or tensor.device.type != "cpu":
+        raise ValueError(f"{name}: expected a {dims}-D {dtype} CPU tensor, got "
+                         f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
+
+
+Block = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # scores, gradients out, keys
+
+
+def ranking_loss(margin: float, weight: float, num_edges: int,
+              pos_scores: torch.Tensor, pos_keys: torch.Tensor, blocks: Sequence[Block],
+              pos_grad: torch.Tensor) -> float:
+    """The ranking loss of one side's negatives, given as one or
+    two column blocks of scores [C, S, M] (any strides) with the keys [C, M] naming their
+    entities; writes each block's score gradients (times `weight`) to its gradient tensor,
+    which may be the scores themselves, and adds d loss / d positive (times `weight`) to
+    `pos_grad` [C, S].
+
+    A negative whose key is the positive's or negative (padding) counts for nothing, and
+    the rows of positives past `num_edges` (padding) get zero gradients."""
+    chunks, size = pos_scores.shape
+    _expect(pos_scores, torch.float32, 2, "pos_scores")
+    _expect(pos_keys, torch.int64, 2, "pos_keys")
+    _expect(pos_grad, torch.float32, 2, "pos_grad")
+    if not pos_grad.is_contiguous() or pos_grad.shape != pos_scores.shape:
+        raise ValueError("pos_grad must be a contiguous [C, S] tensor")
+    if not 1 <= len(blocks) <= 2:
+        raise ValueError("ranking_loss takes one or two blocks of negatives")
+    block_args: list[int] = []
+    widths = []
+    for scores, grads, keys in [*blocks, *([] if len(blocks) == 2 else [blocks[0]])]:
+        _expect(scores, torch.float32, 3, "scores")
+        _expect(grads, torch.float32, 3, "score gradients")
+        _expect(keys, torch.int64, 2, "negative keys")
+        width = scores.shape[2]
+        if scores.shape[:2] != (chunks, size) or grads.shape != scores.shape \
+                or keys.shape != (chunks, width):
+            raise ValueError(f"negative block of scores {tuple(scores.shape)}, gradients "
+                             f"{tuple(grads.shape)}, keys {tuple(keys.shape)} for {chunks} "
+                             f"chunks of {size}")
+        block_args += [scores.data_ptr(), *scores.stride(), grads.data_ptr(), *grads.stride(),
+                       keys.data_ptr(), *keys.stride()]
+        widths.append(width)
+    if len(blocks) == 1:
+        widths[1] = 0  # the second block repeats the first only to fill its arguments
+    return _kernels.ranking_loss(
+        float(margin), float(weight),
+        chunks, size, num_edges, pos_scores.data_ptr(), *pos_scores.stride(),
+        pos_keys.data_ptr(), *pos_keys.stride(), pos_grad.data_ptr(), *block_args, *widths)
+
+
+def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
+                grads: torch.Tensor, lr: float, eps: float, slots: torch.Tensor) -> None:
+    """Row-wise Adagrad on `table[rows]`, repeated rows summed first; `grads` [K, dim] is
+    overwritten. `slots` is int32 scratch, one per table row, all -1 (and left so)."""
+    _expect(table, torch.float32, 2, "table")
+    _expect(grads, torch.float32, 2, "grads")
+    _expect(rows, torch.int64, 1, "rows")
+    _expect(row_sum, torch.float32, 1, "row_sum")
+    _expect(slots, torch.int32, 1, "slots")
+    if not (table.is_contiguous() and grads.is_contiguous() and rows.is_contiguous()
+            and row_sum.is_contiguous()):
+        raise ValueError("row_adagrad needs contiguous tensors")
+    if grads.shape != (len(rows), table.shape[1]) or len(row_sum) != len(table) \
+            or len(slots) != len(table):
+        raise ValueError(f"rows {tuple(rows.shape)}, grads {tuple(grads.shape)}, table "
+                         f"{tuple(table.shape)}, row sums {tuple(row_sum.shape)} and slots "
+                         f"{tuple(slots.shape)} do not match")
+    if len(rows) and not 0 <= int(rows.min()) and int(rows.max()) < len(table):
+        raise IndexError(f"row ids outside the table's {len(table)} rows")
+    _kernels.row_adagrad(table.data_ptr(), table.shape[1], row_sum.data_ptr(),
+                         rows.data_ptr(), len(rows), grads.data_ptr(), float(lr), float(eps),
+                         slots.data_ptr())
