@@ -1,4 +1,5 @@
-"""Hogwild workers: threads per worker, and an allocator that keeps freed memory."""
+"""Hogwild workers: thread and process pools, intra-op threads, an allocator that keeps
+freed memory."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ import sys
 import time
 
 import pytest
+import torch
 
-from tessera.training.hogwild import threads_per_worker
+from tessera.config import parse_config
+from tessera.errors import ConfigError
+from tessera.model import EmbeddingModel
+from tessera.training.hogwild import HogwildThreads, make_pool, threads_per_worker
+from tessera.training.optimizers import make_model_optimizer
+from tessera.training.worker import ModelState
 
 # Where glibc puts a 24 MiB tensor and whether it keeps the memory once the tensor is freed,
-# in MiB, after `keep_freed_memory` (in a fresh process, so the test's own is unchanged).
+# in MiB (mapped on its own, allocated from the heap, given back to the kernel once freed),
+# after `keep_freed_memory` (in a fresh process, so the test's own is unchanged).
 HEAP_OF_A_FREED_TENSOR = """
 import ctypes, torch
 from tessera.training.hogwild import keep_freed_memory
@@ -28,8 +36,8 @@ tensor = torch.empty(6 * 2**20).fill_(1.0)
 during = libc.mallinfo2()
 del tensor
 after = libc.mallinfo2()
-print((during.hblkhd - before.hblkhd) >> 20, (during.arena - before.arena) >> 20,
-      (after.arena - before.arena) >> 20)
+print((during.hblkhd - before.hblkhd) >> 20, (during.uordblks - before.uordblks) >> 20,
+      (during.arena - after.arena) >> 20)
 """
 
 
@@ -44,10 +52,10 @@ def test_workers_share_the_cores_without_oversubscribing() -> None:
 def test_a_freed_batch_tensor_stays_in_the_heap_for_the_next_batch() -> None:
     result = subprocess.run([sys.executable, "-c", HEAP_OF_A_FREED_TENSOR],
                             capture_output=True, text=True, check=True)
-    mapped, heap_with_tensor, heap_after_free = map(int, result.stdout.split())
+    mapped, in_heap, trimmed = map(int, result.stdout.split())
     # By default glibc would map the tensor's own pages and unmap them when it is freed.
-    assert mapped == 0
-    assert heap_with_tensor >= 24 and heap_after_free >= 24
+    assert mapped == 0 and in_heap >= 24
+    assert trimmed == 0
 
 
 # A parent that starts a pool of two workers, prints their pids and waits to be killed.
@@ -89,3 +97,50 @@ def test_workers_die_when_their_parent_is_killed(tmp_path) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+def _grad_of_first_parameter(state, value: float) -> float:
+    """Give this thread's replica a gradient, wait for the other thread to do the same,
+    and return what this replica's gradient still is."""
+    param = next(state.model.parameters())
+    param.grad = torch.full_like(param, value)
+    time.sleep(0.2)
+    return float(param.grad[0])
+
+
+def _fail(shared, task) -> None:
+    raise ValueError(f"task {task} failed")
+
+
+def test_worker_threads_share_parameter_values_but_not_gradients() -> None:
+    config = parse_config({"entities": {"node": {"num_partitions": 1}},
+                           "relations": [{"name": "r", "lhs": "node", "rhs": "node",
+                                          "operator": "translation"}],
+                           "dimension": 4, "entity_path": "e", "edge_paths": ["e"],
+                           "checkpoint_path": "c"})
+    model = EmbeddingModel(config, num_relations=1)
+    state = ModelState(model, make_model_optimizer(model, config))
+    with HogwildThreads(2, _grad_of_first_parameter, state) as pool:
+        assert pool.run([1.0, 2.0]) == [1.0, 2.0]  # each thread kept its own gradient
+        replica = pool.shared[1]
+    shared_param, replica_param = next(model.parameters()), next(replica.model.parameters())
+    assert replica_param is not shared_param
+    replica_param.data.add_(1.0)  # a Hogwild update through the replica...
+    assert torch.equal(shared_param.data, replica_param.data)  # ...is seen by everyone
+    assert replica.optimizer.sums[0] is state.optimizer.sums[0]
+
+
+def test_a_failing_thread_task_raises_in_the_caller_and_restores_intra_op_threads() -> None:
+    threads = torch.get_num_threads()
+    with HogwildThreads(2, _fail, None) as pool, pytest.raises(ValueError, match="task 0"):
+        pool.run([0, 1])
+    assert torch.get_num_threads() == threads
+
+
+def test_the_pool_kind_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TESSERA_HOGWILD", "fibers")
+    with pytest.raises(ConfigError, match="TESSERA_HOGWILD"):
+        make_pool(2, _fail, None)
+    monkeypatch.setenv("TESSERA_HOGWILD", "threads")
+    with make_pool(2, _fail, None) as pool:
+        assert isinstance(pool, HogwildThreads)

@@ -108,7 +108,10 @@ def test_finished_run_does_nothing_more(tmp_path: Path) -> None:
     assert summary.edges == 0 and summary.checkpoint_version == 2
 
 
-def test_two_hogwild_workers_train_as_well(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_two_hogwild_workers_train_as_well(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           kind: str) -> None:
+    monkeypatch.setenv("TESSERA_HOGWILD", kind)
     graph = write_planted_graph(tmp_path, 1)
     train(parse_config(graph.config(workers=2)), QUIET)
     assert filtered_test_mrr(graph) > 0.08

@@ -17,7 +17,7 @@ from ..evaluation.sampled import rank_against_sampled
 from .batching import shuffle_edges, split_among_workers, split_holdout
 from .bucket import Bucket
 from .graph_data import GraphData
-from .hogwild import HogwildPool
+from .hogwild import Pool
 from .partitions import Partition, PartitionKey
 from .schedule import TrainingStep
 from .seeding import stable_seed
@@ -57,7 +57,7 @@ class BucketTrainer:
     """Trains bucket chunks with a pool of Hogwild workers (or inline with one worker)."""
 
     def __init__(self, config: ConfigSchema, data: GraphData, state: ModelState,
-                 pool: HogwildPool | None, num_workers: int, num_chunks: int) -> None:
+                 pool: Pool | None, num_workers: int, num_chunks: int) -> None:
         self.config = config
         self.data = data
         self.state = state

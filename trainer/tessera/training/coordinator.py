@@ -32,7 +32,7 @@ from ..storage.fs import Directory
 from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
 from .graph_data import GraphData, check_edge_paths
-from .hogwild import HogwildPool
+from .hogwild import make_pool
 from .model_checkpoint import load_model, save_model
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder, PartitionKey
@@ -206,7 +206,7 @@ class TrainingRun:
     def run(self, start: ChunkPosition | None) -> TrainingSummary:
         positions = list(self.schedule.positions(start)) if start is not None else []
         total = edges_per_position(self.config, self.data, self.schedule) * len(positions)
-        pool = HogwildPool(self.num_workers, train_part, self.state) \
+        pool = make_pool(self.num_workers, train_part, self.state) \
             if self.num_workers > 1 and positions else None
         trainer = BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
                                 self.schedule.num_edge_chunks)

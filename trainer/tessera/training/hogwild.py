@@ -1,13 +1,18 @@
-"""Hogwild workers: processes that train on disjoint edges against shared-memory tables.
+"""Hogwild workers: threads (or processes) that train on disjoint edges against shared tables.
 
-Workers are started once per run (spawned, so they never inherit a half-held lock from the
-parent) and receive one task per bucket. Tasks carry shared-memory tensors, so handing a
-worker a partition costs a file descriptor, not a copy. Workers update the tables without
-locks, as Hogwild! prescribes: collisions are rare and harmless for sparse updates.
+Workers are started once per run and receive one task per bucket; they update the tables
+without locks, as Hogwild! prescribes: collisions are rare and harmless for sparse updates.
+
+Threads are the default: the training step runs in torch operations and compiled kernels
+that release the GIL, so two threads train as fast as two processes on this workload, with
+one copy of the runtime instead of one per worker (half the memory of a run). Processes
+(`TESSERA_HOGWILD=processes`) are spawned, so they never inherit a half-held lock, and get
+shared-memory tensors, so handing one a partition costs a file descriptor, not a copy.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import ctypes.util
 import os
@@ -15,12 +20,12 @@ import queue
 import signal
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Union
 
 import torch
 import torch.multiprocessing as mp
 
-from ..errors import TransientError
+from ..errors import ConfigError, TransientError
 
 # How often the parent checks that workers are still alive while waiting for results.
 LIVENESS_POLL_SECONDS = 1.0
@@ -66,6 +71,19 @@ def die_with_parent() -> bool:
     except (OSError, AttributeError):
         return False
     return prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
+
+
+Pool = Union["HogwildPool", "HogwildThreads"]
+
+
+def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> Pool:
+    """Threads, or processes where `TESSERA_HOGWILD=processes` asks for them."""
+    choice = os.environ.get("TESSERA_HOGWILD", "threads")
+    if choice not in ("threads", "processes"):
+        raise ConfigError("TESSERA_HOGWILD (environment)",
+                          f"{choice!r} is not a kind of worker: use 'threads' or 'processes'")
+    pool_class = HogwildPool if choice == "processes" else HogwildThreads
+    return pool_class(num_workers, function, shared)
 
 
 class HogwildPool:
@@ -137,3 +155,43 @@ def _worker_main(rank: int, num_threads: int, function: Callable[[Any, Any], Any
             results.put((rank, True, function(shared, task)))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises it
             results.put((rank, False, traceback.format_exc()))
+
+
+class HogwildThreads:
+    """Runs `function(shared, task)` in N threads of this process at once.
+
+    The training step spends nearly all its time in torch operations and compiled kernels,
+    which release the GIL, so threads train as fast as processes while sharing one copy of
+    the Python and torch runtimes and handing tasks over without copies. Each operation runs
+    on the thread that calls it (one intra-op thread while tasks run), so workers together
+    use one core each.
+    """
+
+    def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> None:
+        self.executor = concurrent.futures.ThreadPoolExecutor(
+            num_workers, thread_name_prefix="tessera-worker")
+        self.function = function
+        # Each thread gets its own replica when `shared` has one (its gradients are private).
+        replica = getattr(shared, "replica", None)
+        self.shared = [replica() if replica else shared for _ in range(num_workers)]
+        keep_freed_memory()
+
+    def __enter__(self) -> HogwildThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, tasks: Sequence[Any]) -> list[Any]:
+        """The results of one task per worker, in task order; a task's exception is raised."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            futures = [self.executor.submit(self.function, shared, task)
+                       for shared, task in zip(self.shared, tasks)]
+            return [future.result() for future in futures]
+        finally:
+            torch.set_num_threads(threads)
+
+    def close(self) -> None:
+        self.executor.shutdown()

@@ -6,10 +6,12 @@ shared tensors handed to it, so any number of workers can run it at once.
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
@@ -24,6 +26,20 @@ class ModelState:
 
     model: EmbeddingModel
     optimizer: DenseAdagrad | None
+
+    def replica(self) -> ModelState:
+        """A copy for another thread: the same parameter values and optimizer state (shared
+        memory, updated Hogwild-style) but its own gradients, which threads must not share.
+        """
+        memo: dict[int, object] = {}
+        for param in self.model.parameters():
+            memo[id(param)] = nn.Parameter(param.data, requires_grad=param.requires_grad)
+        for buffer in self.model.buffers():
+            memo[id(buffer)] = buffer
+        if self.optimizer is not None:
+            for tensor in (*self.optimizer.sums, *self.optimizer.steps):
+                memo[id(tensor)] = tensor
+        return copy.deepcopy(self, memo)
 
 
 @dataclass(frozen=True)
