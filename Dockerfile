@@ -20,7 +20,7 @@ RUN groupadd --gid 10001 tessera \
        --shell /usr/sbin/nologin tessera
 WORKDIR /src
 # The README is the package's long description, so the build needs it too.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY trainer ./trainer
 COPY operator ./operator
 
@@ -35,10 +35,15 @@ CMD ["--standalone", "--all-namespaces"]
 # --- the trainer: every role of a job (`tessera train`, `tessera lock-server`, ...) -------------
 FROM base AS trainer
 # torch's CPU build first (from PyTorch's own index), so that the trainer extra's pin is met
-# without pulling the CUDA build and its libraries.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
+# without pulling the CUDA build and its libraries. A C compiler, present only during this
+# step, builds the training kernels (tessera._kernels); the import fails the build without them.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
     && pip install ".[trainer]" \
-    && rm -rf /src
+    && cd / && python -c "import tessera._kernels" \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* /src
 WORKDIR /
 USER 10001:10001
 ENTRYPOINT ["tessera"]

@@ -49,6 +49,12 @@ def test_trainer_image_pins_the_trainer_extras_torch():
     assert pin in trainer and '".[trainer]"' in trainer
 
 
+def test_trainer_image_builds_the_training_kernels_and_drops_the_compiler():
+    trainer = stages()["trainer"]
+    assert "gcc" in trainer and 'python -c "import tessera._kernels"' in trainer
+    assert trainer.index("import tessera._kernels") < trainer.index("apt-get purge -y")
+
+
 def test_operator_entrypoint_is_the_charts_command():
     match = re.search(r"^ENTRYPOINT\s+(\[.*\])", stages()["operator"], flags=re.MULTILINE)
     entrypoint = yaml.safe_load(match.group(1))
@@ -63,7 +69,7 @@ def test_build_context_holds_only_the_package_sources():
     assert lines[0] == "*"  # everything out, then the sources back in
     allowed = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     assert 'readme = "README.md"' in (REPO / "pyproject.toml").read_text()
-    assert allowed == {"pyproject.toml", "README.md", "trainer", "operator"}
+    assert allowed == {"pyproject.toml", "setup.py", "README.md", "trainer", "operator"}
     assert all((REPO / name).exists() for name in allowed)
     copied = re.findall(r"^COPY\s+(.+?)\s+\S+$", stages()["base"], flags=re.MULTILINE)
     assert {name for sources in copied for name in sources.split()} == allowed

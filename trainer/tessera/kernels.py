@@ -50,8 +50,11 @@ def ranking_loss(margin: float, weight: float, num_edges: int,
     _expect(pos_scores, torch.float32, 2, "pos_scores")
     _expect(pos_keys, torch.int64, 2, "pos_keys")
     _expect(pos_grad, torch.float32, 2, "pos_grad")
-    if not pos_grad.is_contiguous() or pos_grad.shape != pos_scores.shape:
-        raise ValueError("pos_grad must be a contiguous [C, S] tensor")
+    if not pos_grad.is_contiguous() or pos_grad.shape != pos_scores.shape \
+            or pos_keys.shape != pos_scores.shape:
+        raise ValueError(f"positive scores {tuple(pos_scores.shape)}, keys "
+                         f"{tuple(pos_keys.shape)} and gradients {tuple(pos_grad.shape)} "
+                         "(contiguous) must have one shape")
     if not 1 <= len(blocks) <= 2:
         raise ValueError("ranking_loss takes one or two blocks of negatives")
     block_args: list[int] = []
@@ -94,7 +97,8 @@ def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
         raise ValueError(f"rows {tuple(rows.shape)}, grads {tuple(grads.shape)}, table "
                          f"{tuple(table.shape)}, row sums {tuple(row_sum.shape)} and slots "
                          f"{tuple(slots.shape)} do not match")
-    if len(rows) and not 0 <= int(rows.min()) and int(rows.max()) < len(table):
+    lowest, highest = torch.aminmax(rows) if len(rows) else (0, -1)
+    if int(lowest) < 0 or int(highest) >= len(table):
         raise IndexError(f"row ids outside the table's {len(table)} rows")
     _kernels.row_adagrad(table.data_ptr(), table.shape[1], row_sum.data_ptr(),
                          rows.data_ptr(), len(rows), grads.data_ptr(), float(lr), float(eps),

@@ -2,7 +2,8 @@
 
 Each case scores one random batch twice from the same seed: through `EmbeddingModel.forward`
 and `backward()` (the reference), and through `closed_form_gradients`. The loss, every table
-row's summed gradient and every parameter's gradient must agree.
+row's summed gradient and every parameter's gradient must agree. Every case runs twice: with
+the compiled kernels (`tessera._kernels`) and with the torch code they replace.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from tessera import kernels
 from tessera.edgelist import EdgeList
 from tessera.model import LOSSES, OPERATORS, EmbeddingModel
 from tessera.model.closed_form import closed_form_gradients, supports_closed_form
@@ -21,6 +23,14 @@ from tessera.model.rows import RowGradients
 
 INNER_PRODUCT_COMPARATORS = ["cos", "dot"]
 DIM = 6
+
+
+@pytest.fixture(autouse=True, params=["kernels", "torch"])
+def fast_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "kernels" and not kernels.AVAILABLE:
+        pytest.skip("tessera._kernels is not built")
+    monkeypatch.setattr(kernels, "AVAILABLE", request.param == "kernels")
+    return request.param
 
 
 def random_model(make_config, operator: str = "translation", **overrides: Any

@@ -1,0 +1,87 @@
+"""The compiled kernels against the torch code they stand in for, and their input checks.
+
+The closed-form tests (tests/trainer/model) hold the ranking kernel equal to autograd inside
+whole training steps; here the row-wise Adagrad kernel meets its torch reference directly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from tessera import kernels
+from tessera.training.optimizers import EPSILON, RowAdagrad
+
+
+def test_the_extension_is_built_where_a_compiler_was_found() -> None:
+    # The test environment is installed with a C compiler: the fast path must be there.
+    if os.environ.get("TESSERA_KERNELS") == "0":
+        pytest.skip("kernels switched off by TESSERA_KERNELS=0")
+    assert kernels.AVAILABLE
+
+
+@pytest.fixture
+def needs_kernels() -> None:
+    if not kernels.AVAILABLE:
+        pytest.skip("tessera._kernels is not built")
+
+
+def adagrad_tables(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A table with accumulators already > 0, and a batch naming some rows several times."""
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.randn(50, 7, generator=generator)
+    row_sum = torch.rand(50, generator=generator)
+    rows = torch.cat([torch.randint(50, (30,), generator=generator), torch.tensor([3, 3, 3])])
+    grads = torch.randn(len(rows), 7, generator=generator)
+    return table, row_sum, rows, grads
+
+
+def test_row_adagrad_kernel_equals_the_torch_step(needs_kernels,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    results = []
+    for available in (False, True):
+        monkeypatch.setattr(kernels, "AVAILABLE", available)
+        table, row_sum, rows, grads = adagrad_tables(0)
+        optimizer = RowAdagrad(table, lr=0.3, row_sum=row_sum)
+        assert (optimizer.slots is not None) == available
+        optimizer.step(rows, grads.clone())
+        optimizer.step(rows.flip(0), grads.clone())  # twice: the slots were reset after use
+        results.append((table, row_sum))
+        if available:
+            assert bool((optimizer.slots == -1).all())
+    (torch_table, torch_sum), (kernel_table, kernel_sum) = results
+    untouched = torch.ones(50, dtype=torch.bool)
+    untouched[adagrad_tables(0)[2]] = False
+    original_table, original_sum, _, _ = adagrad_tables(0)
+    assert torch.equal(kernel_table[untouched], original_table[untouched])
+    assert not torch.equal(kernel_table, original_table)
+    torch.testing.assert_close(kernel_table, torch_table, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kernel_sum, torch_sum, rtol=1e-5, atol=1e-6)
+
+
+def test_row_adagrad_kernel_sums_a_repeated_row_before_its_one_update(needs_kernels) -> None:
+    table, row_sum = torch.zeros(2, 4), torch.zeros(2)
+    slots = torch.full((2,), -1, dtype=torch.int32)
+    grads = torch.tensor([[1.0, 1, 1, 1], [1.0, 1, 1, 1]])
+    kernels.row_adagrad(table, row_sum, torch.tensor([1, 1]), grads, 0.5, EPSILON, slots)
+    # One update with the summed gradient 2: sum = mean(2^2) = 4, step = 0.5 * 2 / sqrt(4).
+    assert row_sum.tolist() == [0.0, 4.0]
+    torch.testing.assert_close(table[1], torch.full((4,), -0.5))
+    assert table[0].abs().sum() == 0
+
+
+def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
+    table, row_sum = torch.zeros(5, 3), torch.zeros(5)
+    slots = torch.full((5,), -1, dtype=torch.int32)
+    with pytest.raises(IndexError, match="outside the table's 5 rows"):
+        kernels.row_adagrad(table, row_sum, torch.tensor([5]), torch.ones(1, 3), 0.1, EPSILON,
+                            slots)
+    with pytest.raises(ValueError, match="grads: expected a 2-D torch.float32"):
+        kernels.row_adagrad(table, row_sum, torch.tensor([1]), torch.ones(1, 3).double(), 0.1,
+                            EPSILON, slots)
+    scores = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match="negative block"):
+        kernels.ranking_loss(0.1, 1.0, 6, torch.zeros(2, 3), torch.zeros(2, 3).long(),
+                             [(scores, scores, torch.zeros(2, 5).long())], torch.zeros(2, 3))
