@@ -91,13 +91,16 @@ class Tessera:
     def train_command(self, config: Path) -> list[str]:
         return [sys.executable, "-m", "tessera", "train", str(config), "--log-format", "json"]
 
-    def loop_rate(self, log: str) -> float | None:
-        """edges_per_s of the `training finished` JSON event."""
-        for line in reversed(log.splitlines()):
-            if '"training finished"' in line:
-                with_rate = json.loads(line[line.index("{"):])
-                return float(with_rate["edges_per_s"]) if "edges_per_s" in with_rate else None
-        return None
+    def loop_rate(self, log: str, folder: Path) -> float | None:
+        """Edges over the compute time of all buckets (the `seconds` of each bucket in
+        training_stats.json: workers' time, as PBG's per-bucket lines count it)."""
+        stats_file = folder / "checkpoints" / "training_stats.json"
+        if not stats_file.exists():
+            return None
+        buckets = [json.loads(line) for line in stats_file.read_text().splitlines()]
+        seconds = sum(b["seconds"] for b in buckets if "seconds" in b)
+        edges = sum(b["stats"]["count"] for b in buckets if "seconds" in b)
+        return edges / seconds if seconds else None
 
 
 class PyTorchBigGraph:
@@ -120,7 +123,7 @@ class PyTorchBigGraph:
     def train_command(self, config: Path) -> list[str]:
         return [str(self.bin / "torchbiggraph_train"), str(config)]
 
-    def loop_rate(self, log: str) -> float | None:
+    def loop_rate(self, log: str, folder: Path) -> float | None:
         """Edges over the compute time of all buckets (PBG's own per-bucket timing)."""
         buckets = [(int(n), float(s)) for n, s in self.BUCKET_LINE.findall(log)]
         seconds = sum(s for _, s in buckets)
@@ -347,7 +350,7 @@ def train_once(system: System, folder: Path, config: dict[str, Any], graph: Grap
         raise StepFailed(f"evaluating the checkpoint in {folder}: {error!r}") from error
     return RunResult(system.name, num_partitions(config), import_rate, measured.wall_s,
                      graph.num_train * config["num_epochs"] / measured.wall_s,
-                     system.loop_rate(measured.log),
+                     system.loop_rate(measured.log, folder),
                      measured.peak_tree_pss, measured.largest_rss, metrics["mrr"],
                      metrics["hits10"])
 
@@ -554,9 +557,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"Machine: {os.cpu_count()} cores; float32 torch.mm 2048x2048 at {gflops:.1f} "
           f"GFLOP/s with {torch.get_num_threads()} threads.")
     print("Columns: edges/s (whole process) = training edges x epochs / wall time of the train "
-          "command; edges/s (training loop) = the trainer's own rate (Tessera: its `training "
-          "finished` event, bucket loading and checkpoints included; PBG: edges over the compute "
-          "time of its per-bucket log lines); memory sampled every 0.2 s from "
+          "command; edges/s (training loop) = edges over the compute time of the buckets, as each "
+          "trainer times them (Tessera: `seconds` in training_stats.json; PBG: its per-bucket "
+          "log lines), loading and checkpoints excluded for both; memory sampled every 0.2 s from "
           "/proc/PID/smaps_rollup; the import is timed once per system and partition count.")
     print_results(results, args.repeats)
     config = benchmark_config(OUTPUT, 1, args.lr, args.epochs)
