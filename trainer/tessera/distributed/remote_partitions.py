@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 
+from ..training.hogwild import share_with_workers
 from ..training.partitions import Partition, PartitionKey, PartitionLoader, all_partition_keys
 from .lock_client import LockClient
 from .partition_server import PARTITIONS_SERVICE
@@ -163,6 +164,6 @@ class RemotePartitions:
 
 
 def _shared(partition: Partition) -> Partition:
-    """A received partition in shared memory, for the Hogwild workers."""
-    return Partition(torch.as_tensor(partition.embeddings).share_memory_(),
-                     torch.as_tensor(partition.adagrad_sum).share_memory_())
+    """A received partition, where the Hogwild workers can update it in place."""
+    return Partition(share_with_workers(torch.as_tensor(partition.embeddings)),
+                     share_with_workers(torch.as_tensor(partition.adagrad_sum)))

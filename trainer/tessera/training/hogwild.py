@@ -76,13 +76,23 @@ def die_with_parent() -> bool:
 Pool = Union["HogwildPool", "HogwildThreads"]
 
 
-def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> Pool:
-    """Threads, or processes where `TESSERA_HOGWILD=processes` asks for them."""
+def workers_are_processes() -> bool:
+    """Threads, unless `TESSERA_HOGWILD=processes` asks for processes."""
     choice = os.environ.get("TESSERA_HOGWILD", "threads")
     if choice not in ("threads", "processes"):
         raise ConfigError("TESSERA_HOGWILD (environment)",
                           f"{choice!r} is not a kind of worker: use 'threads' or 'processes'")
-    pool_class = HogwildPool if choice == "processes" else HogwildThreads
+    return choice == "processes"
+
+
+def share_with_workers(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`, moved to shared memory when workers are processes (threads see it as is;
+    moving it would copy it for nothing)."""
+    return tensor.share_memory_() if workers_are_processes() else tensor
+
+
+def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> Pool:
+    pool_class = HogwildPool if workers_are_processes() else HogwildThreads
     return pool_class(num_workers, function, shared)
 
 

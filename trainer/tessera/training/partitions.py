@@ -19,6 +19,7 @@ import torch
 
 from ..config import ConfigSchema
 from ..storage.checkpoint import CheckpointStore
+from .hogwild import share_with_workers
 from .optimizers import row_adagrad_state
 from .seeding import stable_seed
 
@@ -167,6 +168,6 @@ class PartitionHolder:
 
 
 def _shared(partition: Partition) -> Partition:
-    """The partition in shared memory, where Hogwild workers can update it in place."""
-    return Partition(embeddings=partition.embeddings.share_memory_(),
-                     adagrad_sum=partition.adagrad_sum.share_memory_())
+    """The partition where Hogwild workers can update it in place."""
+    return Partition(embeddings=share_with_workers(partition.embeddings),
+                     adagrad_sum=share_with_workers(partition.adagrad_sum))
