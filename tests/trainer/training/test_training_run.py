@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import h5py
@@ -18,6 +19,7 @@ from tessera.storage.fs import Directory
 from tessera.training.bucket import Bucket
 from tessera.training.bucket_trainer import BucketOutcome
 from tessera.training.coordinator import EarlyStopping, train
+from tessera.training.partitions import PartitionLoader
 from tessera.training.schedule import TrainingStep
 
 QUIET = Reporter("quiet")
@@ -179,3 +181,41 @@ def test_early_stopping_ends_a_run_early(tmp_path: Path) -> None:
                           dimension=64, lr=0.5)
     summary = train(parse_config(config), QUIET)
     assert 2 <= summary.checkpoint_version < 30
+
+
+def test_background_io_writes_the_same_checkpoints(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Swapped-out partitions written by the background thread (and taken back from memory
+    when wanted again before their write ended) give the checkpoint the foreground gives."""
+    writers: dict[bool, set[str]] = {False: set(), True: set()}
+    write = PartitionLoader.write
+
+    def recorded_write(self, *args, **kwargs) -> None:
+        writers[background].add(threading.current_thread().name.split("_")[0])
+        write(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionLoader, "write", recorded_write)
+    tables = []
+    for background in (False, True):
+        graph = write_planted_graph(tmp_path / str(background), 4, num_edges=2000)
+        train(parse_config(graph.config(num_epochs=2, background_io=background)), QUIET)
+        checkpoints = graph.root / "checkpoints"
+        tables.append([h5py.File(checkpoints / f"embeddings_node_{part}.v2.h5")["embeddings"][...]
+                       for part in range(4)])
+    assert writers == {False: {"MainThread"},
+                       True: {"MainThread", "tessera-partition-writer"}}
+    for foreground_table, background_table in zip(*tables):
+        np.testing.assert_array_equal(background_table, foreground_table)
+
+
+def test_a_failed_background_write_stops_the_run(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = write_planted_graph(tmp_path, 4, num_edges=2000)
+
+    def failing_write(self, *args, **kwargs) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(PartitionLoader, "write", failing_write)
+    with pytest.raises(OSError, match="disk full"):
+        train(parse_config(graph.config(num_epochs=1, background_io=True)), QUIET)
+    assert not (graph.root / "checkpoints" / "checkpoint_version.txt").exists()

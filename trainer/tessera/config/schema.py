@@ -136,8 +136,8 @@ class ConfigSchema:
     early_stopping: bool = option(
         False, help="Stop when the held-out metrics stop improving between epochs.")
     background_io: bool = option(
-        False, help="PBG: load and save partitions in background threads. Accepted for "
-        "compatibility; Tessera currently swaps partitions in the foreground.")
+        False, help="Write swapped-out partitions in a background thread while the next "
+        "bucket trains (one partition more in memory at a time).")
     verbose: int = option(0, help="Verbosity of the logs (0, 1 or 2).", minimum=0)
     hogwild_delay: float = option(
         2.0, help="Seconds by which the Hogwild workers after the first wait before the first "

@@ -4,13 +4,16 @@ A partition's newest copy is in one of four places, checked in this order: in me
 checkpoint version being written (it was swapped out earlier in the same chunk); in the last
 committed version; in `init_path`. If none has it, it is initialised from `init_scale`. Only
 the partitions of the current bucket (plus unpartitioned types) are held, so memory follows
-two partitions, not the whole graph.
+two partitions, not the whole graph. With `background_io`, a partition swapped out is written
+by a background thread while the next bucket trains (one write at a time, so memory follows
+three partitions at most).
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +124,10 @@ class PartitionHolder:
         self.committed_version = committed_version
         self.in_memory: dict[PartitionKey, Partition] = {}
         self.written_to_next: set[PartitionKey] = set()
+        self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-writer") \
+            if config.background_io else None
+        # Partitions being written in the background, kept until their write has finished.
+        self.writing: dict[PartitionKey, tuple[Future[None], Partition]] = {}
 
     @property
     def next_version(self) -> int:
@@ -142,6 +149,7 @@ class PartitionHolder:
 
     def write_all(self, metadata: Mapping[str, Any]) -> None:
         """Put every partition into the next version (ready to commit), keeping memory as is."""
+        self._finish_writes()
         for key, partition in self.in_memory.items():
             self._write(key, partition, metadata)
         for key in self.all_keys():
@@ -155,13 +163,31 @@ class PartitionHolder:
         self.written_to_next.clear()
 
     def _swap_out(self, key: PartitionKey, metadata: Mapping[str, Any]) -> None:
-        self._write(key, self.in_memory.pop(key), metadata)
+        partition = self.in_memory.pop(key)
+        if self.writer is None:
+            self._write(key, partition, metadata)
+            return
+        self._finish_writes()
+        future = self.writer.submit(self.loader.write, key, partition, self.next_version,
+                                    dict(metadata))
+        self.writing[key] = (future, partition)
+        self.written_to_next.add(key)
+
+    def _finish_writes(self) -> None:
+        """Wait for the background writes (raising their errors)."""
+        writing, self.writing = self.writing, {}
+        for future, _ in writing.values():
+            future.result()
 
     def _write(self, key: PartitionKey, partition: Partition, metadata: Mapping[str, Any]) -> None:
         self.loader.write(key, partition, self.next_version, metadata)
         self.written_to_next.add(key)
 
     def _load(self, key: PartitionKey) -> Partition:
+        if key in self.writing:  # wanted again before its write ended: still in memory
+            future, partition = self.writing.pop(key)
+            future.result()
+            return partition
         # Swapped out earlier in this chunk: the version being written has the newest copy.
         version = self.next_version if key in self.written_to_next else self.committed_version
         return self.loader.load(key, version)
