@@ -20,12 +20,6 @@ except ImportError:  # built without a C compiler
 AVAILABLE = _kernels is not None and os.environ.get("TESSERA_KERNELS", "1") != "0"
 
 
-
-def supports_loss(loss_name: str) -> bool:
-    """Whether `ranking_loss` can stand in for the loss (the others vectorise well in torch)."""
-    return AVAILABLE and loss_name == "ranking"
-
-
 def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> None:
     if tensor.dtype != dtype or tensor.dim() != dims or tensor.device.type != "cpu":
         raise ValueError(f"{name}: expected a {dims}-D {dtype} CPU tensor, got "
@@ -35,19 +29,18 @@ def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> N
 Block = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # scores, gradients out, keys
 
 
-def ranking_loss(margin: float, weight: float, num_edges: int,
-              pos_scores: torch.Tensor, pos_keys: torch.Tensor, blocks: Sequence[Block],
-              pos_grad: torch.Tensor) -> float:
-    """The ranking loss of one side's negatives, given as one or
-    two column blocks of scores [C, S, M] (any strides) with the keys [C, M] naming their
-    entities; writes each block's score gradients (times `weight`) to its gradient tensor,
-    which may be the scores themselves, and adds d loss / d positive (times `weight`) to
-    `pos_grad` [C, S].
+def ranking_loss(margin: float, weight: float, num_edges: int, pos_scores: torch.Tensor,
+                 pos_keys: torch.Tensor, blocks: Sequence[Block], pos_grad: torch.Tensor
+                 ) -> float:
+    """The ranking loss of one side's negatives, given as one or two column blocks of scores
+    [C, S, M] (any strides) with the keys [C, M] naming their entities; writes each block's
+    score gradients (times `weight`) to its gradient tensor, which may be the scores
+    themselves, and adds d loss / d positive (times `weight`) to `pos_grad` [C, S].
 
     A negative whose key is the positive's or negative (padding) counts for nothing, and
     the rows of positives past `num_edges` (padding) get zero gradients."""
-    chunks, size = pos_scores.shape
     _expect(pos_scores, torch.float32, 2, "pos_scores")
+    chunks, size = pos_scores.shape
     _expect(pos_keys, torch.int64, 2, "pos_keys")
     _expect(pos_grad, torch.float32, 2, "pos_grad")
     if not pos_grad.is_contiguous() or pos_grad.shape != pos_scores.shape \
@@ -59,7 +52,8 @@ def ranking_loss(margin: float, weight: float, num_edges: int,
         raise ValueError("ranking_loss takes one or two blocks of negatives")
     block_args: list[int] = []
     widths = []
-    for scores, grads, keys in [*blocks, *([] if len(blocks) == 2 else [blocks[0]])]:
+    # The kernel always takes two blocks: a lone block is passed twice, the copy 0 wide.
+    for scores, grads, keys in [*blocks, blocks[0]][:2]:
         _expect(scores, torch.float32, 3, "scores")
         _expect(grads, torch.float32, 3, "score gradients")
         _expect(keys, torch.int64, 2, "negative keys")
@@ -73,7 +67,7 @@ def ranking_loss(margin: float, weight: float, num_edges: int,
                        keys.data_ptr(), *keys.stride()]
         widths.append(width)
     if len(blocks) == 1:
-        widths[1] = 0  # the second block repeats the first only to fill its arguments
+        widths[1] = 0
     return _kernels.ranking_loss(
         float(margin), float(weight),
         chunks, size, num_edges, pos_scores.data_ptr(), *pos_scores.stride(),

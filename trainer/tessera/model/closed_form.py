@@ -33,7 +33,7 @@ from .. import kernels
 from ..edgelist import EdgeList, EntityList
 from .comparators import Comparator
 from .embedding_model import EmbeddingModel
-from .losses import Loss
+from .losses import Loss, RankingLoss
 from .negatives import PADDING, Chunking, SideNegatives, negative_mask
 from .operators import Operator, accumulate_grad, summed_over_rows
 from .rows import RowGradients, gather_rows
@@ -217,10 +217,11 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
     like `blocks`, possibly the same tensors) and adds the positives' to `pos_grad` [C, S]."""
     widths = [block.shape[2] for block in blocks]
     neg_keys = layout.keys[:, layout.neg_start:]
-    if kernels.supports_loss(loss_fn.name):
+    if kernels.AVAILABLE and isinstance(loss_fn, RankingLoss):
+        # The other losses' exp/log vectorise well in torch; ranking is a dozen passes there.
         keys = neg_keys.split(widths, dim=1)
         loss = kernels.ranking_loss(
-            getattr(loss_fn, "margin", 0.0), weight, chunking.num_edges, pos_scores,
+            loss_fn.margin, weight, chunking.num_edges, pos_scores,
             layout.keys[:, :layout.num_pos], list(zip(blocks, grads, keys)), pos_grad)
         return torch.tensor(loss)
     scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)

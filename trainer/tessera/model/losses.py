@@ -15,7 +15,6 @@ them in closed form, in place, saves autograd's copies of it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +32,6 @@ def per_negative(weight: Weight) -> Weight:
 
 
 class Loss(ABC):
-    name: ClassVar[str]  # the config's `loss_fn`
-
     @classmethod
     def from_config(cls, config: ConfigSchema) -> Loss:
         return cls()
@@ -53,8 +50,6 @@ class Loss(ABC):
 
 class RankingLoss(Loss):
     """Hinge: each negative should score at least `margin` below its positive."""
-
-    name = "ranking"
 
     def __init__(self, margin: float) -> None:
         self.margin = margin
@@ -82,8 +77,6 @@ class LogisticLoss(Loss):
     """Binary cross-entropy: positives towards 1, negatives towards 0. Each edge's negatives
     share a weight of 1/M, so that positives and negatives count alike."""
 
-    name = "logistic"
-
     def __call__(self, pos_scores: torch.Tensor, neg_scores: torch.Tensor,
                  weight: Weight = 1.0) -> torch.Tensor:
         # softplus(-x) is the cross-entropy of logit x against 1, softplus(x) against 0; unlike
@@ -108,8 +101,6 @@ class LogisticLoss(Loss):
 
 class SoftmaxLoss(Loss):
     """Cross-entropy of the positive among itself and its negatives."""
-
-    name = "softmax"
 
     def __call__(self, pos_scores: torch.Tensor, neg_scores: torch.Tensor,
                  weight: Weight = 1.0) -> torch.Tensor:

@@ -62,11 +62,10 @@ class RowAdagrad:
         self.table = table
         self.lr = lr
         self.row_sum = row_sum
-        self.use_kernel = (kernels.AVAILABLE and table.dtype == torch.float32
-                           and table.is_contiguous() and row_sum.is_contiguous())
+        use_kernel = (kernels.AVAILABLE and table.dtype == torch.float32
+                      and table.is_contiguous() and row_sum.is_contiguous())
         # The compiled step's scratch: where each row's gradients are being summed.
-        self.slots = torch.full((len(table),), -1, dtype=torch.int32) if self.use_kernel \
-            else None
+        self.slots = torch.full((len(table),), -1, dtype=torch.int32) if use_kernel else None
 
     def step(self, rows: torch.Tensor, grads: torch.Tensor) -> None:
         """Update `table[rows]` given one gradient per row named, [len(rows), dim]
