@@ -1,5 +1,5 @@
-"""Hogwild workers: thread and process pools, intra-op threads, an allocator that keeps
-freed memory."""
+"""Hogwild workers: process (forked or spawned) and thread pools, intra-op threads, an
+allocator that keeps freed memory."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from tessera.config import parse_config
 from tessera.errors import ConfigError
 from tessera.model import EmbeddingModel
-from tessera.training.hogwild import HogwildThreads, make_pool, threads_per_worker
+from tessera.training.hogwild import HogwildPool, HogwildThreads, make_pool, threads_per_worker
 from tessera.training.optimizers import make_model_optimizer
 from tessera.training.worker import ModelState
 
@@ -60,12 +60,12 @@ def test_a_freed_batch_tensor_stays_in_the_heap_for_the_next_batch() -> None:
 
 # A parent that starts a pool of two workers, prints their pids and waits to be killed.
 PARENT_OF_A_POOL = """
-import time
+import sys, time
 from tessera.training.hogwild import HogwildPool
 def echo(shared, task):
     return task
 if __name__ == "__main__":
-    pool = HogwildPool(2, echo, None)
+    pool = HogwildPool(2, echo, None, method=sys.argv[1])
     assert pool.run([1, 2]) == [1, 2]
     print(*[process.pid for process in pool.processes], flush=True)
     time.sleep(600)
@@ -80,10 +80,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_workers_die_when_their_parent_is_killed(tmp_path) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_workers_die_when_their_parent_is_killed(tmp_path, method: str) -> None:
     script = tmp_path / "parent.py"
     script.write_text(PARENT_OF_A_POOL)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, str(script), method], stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert parent.stdout is not None
         workers = [int(pid) for pid in parent.stdout.readline().split()]
@@ -106,6 +108,11 @@ def _grad_of_first_parameter(state, value: float) -> float:
     param.grad = torch.full_like(param, value)
     time.sleep(0.2)
     return float(param.grad[0])
+
+
+def _add_to_row(table: torch.Tensor, row: int) -> int:
+    table[row] += row
+    return row
 
 
 def _fail(shared, task) -> None:
@@ -144,3 +151,34 @@ def test_the_pool_kind_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("TESSERA_HOGWILD", "threads")
     with make_pool(2, _fail, None) as pool:
         assert isinstance(pool, HogwildThreads)
+    monkeypatch.delenv("TESSERA_HOGWILD")
+    with make_pool(2, _fail, None) as pool:
+        assert isinstance(pool, HogwildPool)
+
+
+# Prints the start method a pool would use with no other thread, then with one more.
+START_METHODS = """
+import threading
+from tessera.training.hogwild import start_method
+print(start_method())
+stop = threading.Event()
+thread = threading.Thread(target=stop.wait)
+thread.start()
+print(start_method())
+stop.set()
+thread.join()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux forks")
+def test_workers_are_forked_only_while_no_other_thread_runs() -> None:
+    result = subprocess.run([sys.executable, "-c", START_METHODS], capture_output=True,
+                            text=True, check=True)
+    assert result.stdout.split() == ["fork", "spawn"]
+
+
+def test_forked_workers_inherit_the_shared_state_and_write_through_it() -> None:
+    table = torch.zeros(4).share_memory_()
+    with HogwildPool(2, _add_to_row, table, method="fork") as pool:
+        assert pool.run([1, 3]) == [1, 3]
+    assert table.tolist() == [0.0, 1.0, 0.0, 3.0]

@@ -16,6 +16,7 @@ from tessera.evaluation.command import evaluate_checkpoint
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
+from tessera.training import hogwild
 from tessera.training.bucket import Bucket
 from tessera.training.bucket_trainer import BucketOutcome
 from tessera.training.coordinator import EarlyStopping, train
@@ -110,10 +111,13 @@ def test_finished_run_does_nothing_more(tmp_path: Path) -> None:
     assert summary.edges == 0 and summary.checkpoint_version == 2
 
 
-@pytest.mark.parametrize("kind", ["threads", "processes"])
+@pytest.mark.parametrize(("kind", "method"), [("threads", None), ("processes", "fork"),
+                                              ("processes", "spawn")])
 def test_two_hogwild_workers_train_as_well(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           kind: str) -> None:
+                                           kind: str, method: str | None) -> None:
     monkeypatch.setenv("TESSERA_HOGWILD", kind)
+    if method is not None:  # whatever other threads the test session runs
+        monkeypatch.setattr(hogwild, "start_method", lambda: method)
     graph = write_planted_graph(tmp_path, 1)
     train(parse_config(graph.config(workers=2)), QUIET)
     assert filtered_test_mrr(graph) > 0.08

@@ -1,13 +1,15 @@
-"""Hogwild workers: threads (or processes) that train on disjoint edges against shared tables.
+"""Hogwild workers: processes (or threads) that train on disjoint edges against shared tables.
 
 Workers are started once per run and receive one task per bucket; they update the tables
 without locks, as Hogwild! prescribes: collisions are rare and harmless for sparse updates.
 
-Threads are the default: the training step runs in torch operations and compiled kernels
-that release the GIL, so two threads train as fast as two processes on this workload, with
-one copy of the runtime instead of one per worker (half the memory of a run). Processes
-(`TESSERA_HOGWILD=processes`) are spawned, so they never inherit a half-held lock, and get
-shared-memory tensors, so handing one a partition costs a file descriptor, not a copy.
+Processes are the default. They are forked when the trainer runs no other thread, so they
+start in milliseconds with the runtime already loaded (its pages shared copy-on-write, not
+imported again) and no lock can be left held by a thread the child does not have; otherwise
+they are spawned. Tables and model live in shared memory, so handing a worker a partition
+costs a file descriptor, not a copy. Threads (`TESSERA_HOGWILD=threads`) use the least
+memory, but the step's ~100 tensor operations per batch each take the GIL back, and two
+threads spend about a fifth of their time waiting for it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import ctypes.util
 import os
 import queue
 import signal
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Union
@@ -77,12 +80,23 @@ Pool = Union["HogwildPool", "HogwildThreads"]
 
 
 def workers_are_processes() -> bool:
-    """Threads, unless `TESSERA_HOGWILD=processes` asks for processes."""
-    choice = os.environ.get("TESSERA_HOGWILD", "threads")
+    """Processes, unless `TESSERA_HOGWILD=threads` asks for threads."""
+    choice = os.environ.get("TESSERA_HOGWILD", "processes")
     if choice not in ("threads", "processes"):
         raise ConfigError("TESSERA_HOGWILD (environment)",
-                          f"{choice!r} is not a kind of worker: use 'threads' or 'processes'")
+                          f"{choice!r} is not a kind of worker: use 'processes' or 'threads'")
     return choice == "processes"
+
+
+def start_method() -> str:
+    """'fork' when this process runs no other thread (and the platform forks), else 'spawn'.
+
+    A forked child has only the thread that forked; a lock another thread held at that
+    moment would stay held forever in the child, so with other threads alive we spawn.
+    """
+    if threading.active_count() == 1 and "fork" in mp.get_all_start_methods():
+        return "fork"
+    return "spawn"
 
 
 def share_with_workers(tensor: torch.Tensor) -> torch.Tensor:
@@ -97,10 +111,13 @@ def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any
 
 
 class HogwildPool:
-    """Runs `function(shared, task)` in N processes at once; `shared` is sent once at start."""
+    """Runs `function(shared, task)` in N processes at once; `shared` is handed over once at
+    start (inherited when forked, sent through shared memory when spawned)."""
 
-    def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> None:
-        context = mp.get_context("spawn")
+    def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any,
+                 method: str | None = None) -> None:
+        self.method = method or start_method()
+        context = mp.get_context(self.method)
         self.results: Any = context.Queue()
         self.task_queues = [context.SimpleQueue() for _ in range(num_workers)]
         self.processes = [
