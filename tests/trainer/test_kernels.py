@@ -75,9 +75,11 @@ def test_row_adagrad_kernel_sums_a_repeated_row_before_its_one_update(needs_kern
 def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
     table, row_sum = torch.zeros(5, 3), torch.zeros(5)
     slots = torch.full((5,), -1, dtype=torch.int32)
-    with pytest.raises(IndexError, match="outside the table's 5 rows"):
-        kernels.row_adagrad(table, row_sum, torch.tensor([5]), torch.ones(1, 3), 0.1, EPSILON,
-                            slots)
+    for bad in (5, -1):  # checked before anything is written
+        with pytest.raises(IndexError, match=f"row id {bad} outside the table's 5 rows"):
+            kernels.row_adagrad(table, row_sum, torch.tensor([0, bad]), torch.ones(2, 3), 0.1,
+                                EPSILON, slots)
+        assert table.abs().sum() == 0 and row_sum.abs().sum() == 0
     with pytest.raises(ValueError, match="grads: expected a 2-D torch.float32"):
         kernels.row_adagrad(table, row_sum, torch.tensor([1]), torch.ones(1, 3).double(), 0.1,
                             EPSILON, slots)

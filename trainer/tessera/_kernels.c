@@ -213,10 +213,10 @@ static void row_adagrad_step(float *table, Py_ssize_t dim, float *row_sum,
     }
 }
 
-/* row_adagrad(table, dim, row_sum, rows, count, grads, lr, eps, slots) */
+/* row_adagrad(table, dim, row_sum, rows, count, grads, lr, eps, slots, num_rows) */
 static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "row_adagrad takes 9 arguments");
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "row_adagrad takes 10 arguments");
         return NULL;
     }
     Py_ssize_t v[6];
@@ -224,7 +224,16 @@ static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t n
     double lr = PyFloat_AsDouble(args[6]);
     double eps = PyFloat_AsDouble(args[7]);
     Py_ssize_t slots = PyLong_AsSsize_t(args[8]);
+    Py_ssize_t num_rows = PyLong_AsSsize_t(args[9]);
     if (PyErr_Occurred()) return NULL;
+    const int64_t *rows = (const int64_t *)v[3];
+    for (Py_ssize_t k = 0; k < v[4]; k++) {
+        if (rows[k] < 0 || rows[k] >= num_rows) {
+            PyErr_Format(PyExc_IndexError, "row id %lld outside the table's %zd rows",
+                         (long long)rows[k], num_rows);
+            return NULL;
+        }
+    }
     Py_BEGIN_ALLOW_THREADS
     row_adagrad_step((float *)v[0], v[1], (float *)v[2], (const int64_t *)v[3], v[4],
                      (float *)v[5], (float)lr, (float)eps, (int32_t *)slots);

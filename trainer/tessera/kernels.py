@@ -21,7 +21,7 @@ AVAILABLE = _kernels is not None and os.environ.get("TESSERA_KERNELS", "1") != "
 
 
 def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> None:
-    if tensor.dtype != dtype or tensor.dim() != dims or tensor.device.type != "cpu":
+    if tensor.dtype != dtype or tensor.dim() != dims or not tensor.is_cpu:
         raise ValueError(f"{name}: expected a {dims}-D {dtype} CPU tensor, got "
                          f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
 
@@ -91,9 +91,6 @@ def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
         raise ValueError(f"rows {tuple(rows.shape)}, grads {tuple(grads.shape)}, table "
                          f"{tuple(table.shape)}, row sums {tuple(row_sum.shape)} and slots "
                          f"{tuple(slots.shape)} do not match")
-    lowest, highest = torch.aminmax(rows) if len(rows) else (0, -1)
-    if int(lowest) < 0 or int(highest) >= len(table):
-        raise IndexError(f"row ids outside the table's {len(table)} rows")
     _kernels.row_adagrad(table.data_ptr(), table.shape[1], row_sum.data_ptr(),
                          rows.data_ptr(), len(rows), grads.data_ptr(), float(lr), float(eps),
-                         slots.data_ptr())
+                         slots.data_ptr(), len(table))  # raises IndexError for a bad row id

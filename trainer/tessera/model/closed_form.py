@@ -24,6 +24,7 @@ carries them on.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import cast
 
 import torch
@@ -126,11 +127,11 @@ class ScoredSide:
     embs: torch.Tensor  # [C, S + X, d]
     grad: torch.Tensor  # [C, S + X, d], written by `score_gradients`
 
-    @property
+    @cached_property  # read several times per batch; each slice is a tensor operation
     def pos(self) -> torch.Tensor:
         return self.embs[:, :self.layout.num_pos]
 
-    @property
+    @cached_property
     def negatives(self) -> torch.Tensor:
         return self.embs[:, self.layout.neg_start:]
 
