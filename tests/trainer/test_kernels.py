@@ -1,7 +1,8 @@
 """The compiled kernels against the torch code they stand in for, and their input checks.
 
 The closed-form tests (tests/trainer/model) hold the ranking kernel equal to autograd inside
-whole training steps; here the row-wise Adagrad kernel meets its torch reference directly.
+whole training steps; here the row-wise Adagrad and gather kernels meet their torch references
+directly.
 """
 
 from __future__ import annotations
@@ -87,3 +88,14 @@ def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
     with pytest.raises(ValueError, match="negative block"):
         kernels.ranking_loss(0.1, 1.0, 6, torch.zeros(2, 3), torch.zeros(2, 3).long(),
                              [(scores, scores, torch.zeros(2, 5).long())], torch.zeros(2, 3))
+
+
+def test_gather_copies_the_rows_named_in_order_repeats_included(needs_kernels) -> None:
+    table = torch.randn(1000, 37)  # rows of 37 floats: not a whole number of cache lines
+    rows = torch.cat([torch.randint(1000, (500,)), torch.tensor([7, 7, 999, 0])])
+    assert torch.equal(kernels.gather(table, rows), table.index_select(0, rows))
+    assert kernels.gather(table, rows[:0]).shape == (0, 37)
+    with pytest.raises(IndexError, match="row id 1000 outside the table's 1000 rows"):
+        kernels.gather(table, torch.tensor([1, 1000]))
+    with pytest.raises(ValueError, match="rows: expected a 1-D torch.int64"):
+        kernels.gather(table, torch.tensor([1, 2], dtype=torch.int32))

@@ -1,12 +1,14 @@
 /* Fused loops of the training step that eager PyTorch runs as many passes over memory.
  *
- * Both kernels replace a chain of small tensor operations whose cost is dominated by
- * reading and writing the same few hundred kilobytes again and again:
+ * The first two replace a chain of small tensor operations whose cost is dominated by
+ * reading and writing the same few hundred kilobytes again and again; the third is a plain
+ * row copy that asks for the (random) rows of a large table ahead of time:
  *
  *   ranking_loss masks a side's negative scores, evaluates the ranking loss and writes its
  *                gradients w.r.t. the positive and negative scores, in one pass;
  *   row_adagrad  sums the gradients of repeated rows and applies row-wise Adagrad to an
- *                embedding table and its accumulators, one pass per touched row.
+ *                embedding table and its accumulators, one pass per touched row;
+ *   gather       copies the rows a batch names out of an embedding table.
  *
  * Tensors arrive as addresses and element strides (the Python side, `tessera.kernels`,
  * checks dtypes and shapes), so this file needs no PyTorch headers and builds in a second.
@@ -17,6 +19,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Hot loops get an AVX2 build beside the baseline one; the loader picks what the CPU has. */
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -213,6 +216,18 @@ static void row_adagrad_step(float *table, Py_ssize_t dim, float *row_sum,
     }
 }
 
+/* -1 with an IndexError set when a row id is outside [0, num_rows). */
+static int check_rows(const int64_t *rows, Py_ssize_t count, Py_ssize_t num_rows) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (rows[k] < 0 || rows[k] >= num_rows) {
+            PyErr_Format(PyExc_IndexError, "row id %lld outside the table's %zd rows",
+                         (long long)rows[k], num_rows);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* row_adagrad(table, dim, row_sum, rows, count, grads, lr, eps, slots, num_rows) */
 static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) {
@@ -226,14 +241,7 @@ static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_ssize_t slots = PyLong_AsSsize_t(args[8]);
     Py_ssize_t num_rows = PyLong_AsSsize_t(args[9]);
     if (PyErr_Occurred()) return NULL;
-    const int64_t *rows = (const int64_t *)v[3];
-    for (Py_ssize_t k = 0; k < v[4]; k++) {
-        if (rows[k] < 0 || rows[k] >= num_rows) {
-            PyErr_Format(PyExc_IndexError, "row id %lld outside the table's %zd rows",
-                         (long long)rows[k], num_rows);
-            return NULL;
-        }
-    }
+    if (check_rows((const int64_t *)v[3], v[4], num_rows)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     row_adagrad_step((float *)v[0], v[1], (float *)v[2], (const int64_t *)v[3], v[4],
                      (float *)v[5], (float)lr, (float)eps, (int32_t *)slots);
@@ -241,7 +249,36 @@ static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* Copies table[rows[k]] to out[k] for each k, asking for rows a few ahead of the copy. */
+static void gather_step(const float *table, Py_ssize_t dim, const int64_t *rows,
+                        Py_ssize_t count, float *out) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (k + PREFETCH_ROWS < count) {
+            const float *ahead = table + rows[k + PREFETCH_ROWS] * dim;
+            for (Py_ssize_t d = 0; d < dim; d += 16) __builtin_prefetch(ahead + d, 0);
+        }
+        memcpy(out + k * dim, table + rows[k] * dim, sizeof(float) * dim);
+    }
+}
+
+/* gather(table, dim, rows, count, out, num_rows) */
+static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "gather takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t v[6];
+    if (read_ints(args, 6, v)) return NULL;
+    if (check_rows((const int64_t *)v[2], v[3], v[5])) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    gather_step((const float *)v[0], v[1], (const int64_t *)v[2], v[3], (float *)v[4]);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
+     "Rows of a table copied out in the order named, with prefetch."},
     {"ranking_loss", (PyCFunction)(void (*)(void))ranking_loss, METH_FASTCALL,
      "Masked ranking loss of one side's negatives and its score gradients, in one pass."},
     {"row_adagrad", (PyCFunction)(void (*)(void))row_adagrad, METH_FASTCALL,

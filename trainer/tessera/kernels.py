@@ -94,3 +94,16 @@ def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
     _kernels.row_adagrad(table.data_ptr(), table.shape[1], row_sum.data_ptr(),
                          rows.data_ptr(), len(rows), grads.data_ptr(), float(lr), float(eps),
                          slots.data_ptr(), len(table))  # raises IndexError for a bad row id
+
+
+def gather(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """`table.index_select(0, rows)` for a contiguous float32 table and int64 row ids; the
+    copy asks for rows a few ahead, which the random rows of a large table need."""
+    _expect(table, torch.float32, 2, "table")
+    _expect(rows, torch.int64, 1, "rows")
+    if not (table.is_contiguous() and rows.is_contiguous()):
+        raise ValueError("gather needs a contiguous table and row ids")
+    out = table.new_empty((len(rows), table.shape[1]))
+    _kernels.gather(table.data_ptr(), table.shape[1], rows.data_ptr(), len(rows),
+                    out.data_ptr(), len(table))  # raises IndexError for a bad row id
+    return out

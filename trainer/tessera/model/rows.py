@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import kernels
+
 
 @dataclass(frozen=True)
 class TouchedRows:
@@ -79,7 +81,11 @@ def gather_rows(requests: Sequence[Request], max_norm: float | None = None, *,
 
 def _leaf(table: torch.Tensor, rows: torch.Tensor, max_norm: float | None,
           training: bool) -> torch.Tensor:
-    leaf = table.index_select(0, rows)
+    if kernels.AVAILABLE and table.dtype == torch.float32 and table.is_contiguous() \
+            and rows.dtype == torch.int64 and not table.requires_grad:
+        leaf = kernels.gather(table, rows.contiguous())  # prefetches the random rows
+    else:
+        leaf = table.index_select(0, rows)
     if max_norm is not None:
         leaf = renorm_rows(leaf, max_norm)
         if training:
