@@ -133,3 +133,15 @@ def test_dense_adagrad_matches_torch_adagrad_and_its_state_dict() -> None:
     restored = DenseAdagrad([torch.nn.Parameter(p.detach().clone()) for p in ours], lr=0.3)
     restored.load_state_dict(reference.state_dict())
     torch.testing.assert_close(restored.sums[1], reference.state_dict()["state"][1]["sum"])
+
+
+def test_dense_adagrad_leaves_parameters_without_a_gradient_alone() -> None:
+    used, unused = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
+    dense = DenseAdagrad([used, unused], lr=0.5)
+    used.grad = torch.full((3,), 2.0)
+    dense.step()
+    # First Adagrad step: sum = g^2 = 4, update = lr * g / sqrt(sum) = 0.5.
+    torch.testing.assert_close(used.detach(), torch.full((3,), 0.5))
+    assert unused.detach().tolist() == [1.0, 1.0]
+    assert dense.steps[0].item() == 1 and dense.steps[1].item() == 0
+    assert dense.sums[1].abs().sum() == 0

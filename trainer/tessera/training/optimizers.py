@@ -127,13 +127,19 @@ class DenseAdagrad:
             param.grad = None
 
     def step(self) -> None:
-        for param, row_sum, steps in zip(self.params, self.sums, self.steps):
-            if param.grad is None:
-                continue
-            grad = param.grad
-            steps.add_(1)
-            row_sum.addcmul_(grad, grad)
-            param.data.addcdiv_(grad, row_sum.sqrt().add_(EPSILON), value=-self.lr)
+        # One multi-tensor operation per stage instead of one per parameter: the parameters
+        # are small and this runs after every batch, so per-operation overhead is the cost.
+        live = [i for i, param in enumerate(self.params) if param.grad is not None]
+        if not live:
+            return
+        grads = [self.params[i].grad for i in live]
+        sums = [self.sums[i] for i in live]
+        torch._foreach_add_([self.steps[i] for i in live], 1)
+        torch._foreach_addcmul_(sums, grads, grads)
+        denominators = torch._foreach_sqrt(sums)
+        torch._foreach_add_(denominators, EPSILON)
+        torch._foreach_addcdiv_([self.params[i].data for i in live], grads, denominators,
+                                value=-self.lr)
 
     def share_memory(self) -> DenseAdagrad:
         for tensor in (*self.sums, *self.steps):
