@@ -104,6 +104,13 @@ enum {
     RANKING_ARGS = A_WIDTHS + 2
 };
 
+/* -1 with a TypeError set unless a kernel got the number of arguments it takes. */
+static int expect_args(const char *name, Py_ssize_t nargs, Py_ssize_t expected) {
+    if (nargs == expected) return 0;
+    PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, expected);
+    return -1;
+}
+
 static int read_ints(PyObject *const *args, Py_ssize_t n, Py_ssize_t *out) {
     for (Py_ssize_t i = 0; i < n; i++) {
         out[i] = PyLong_AsSsize_t(args[i]);
@@ -116,10 +123,7 @@ static int read_ints(PyObject *const *args, Py_ssize_t n, Py_ssize_t *out) {
  * their gradients and adds the positives' to pos_grad [C, S]. Padding rows (past `valid`
  * edges) get zero gradients. Returns the loss. */
 static PyObject *ranking_loss(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != RANKING_ARGS) {
-        PyErr_Format(PyExc_TypeError, "ranking_loss takes %d arguments", RANKING_ARGS);
-        return NULL;
-    }
+    if (expect_args("ranking_loss", nargs, RANKING_ARGS)) return NULL;
     Py_ssize_t v[RANKING_ARGS];
     double margin = PyFloat_AsDouble(args[A_MARGIN]);
     double weight = PyFloat_AsDouble(args[A_WEIGHT]);
@@ -166,13 +170,14 @@ static PyObject *ranking_loss(PyObject *self, PyObject *const *args, Py_ssize_t 
     return PyFloat_FromDouble(loss * weight);
 }
 
-/* How many rows ahead the Adagrad loop asks for the table rows it will update: their
+/* How many rows ahead the row loops ask for the table rows they will read or update: their
  * addresses are random, so without it every row would wait for memory. */
 #define PREFETCH_ROWS 8
 
-static inline void prefetch_row(const float *row, Py_ssize_t dim) {
-    for (Py_ssize_t d = 0; d < dim; d += 16) __builtin_prefetch(row + d, 1); /* 64 B lines */
-}
+/* Asks for every 64-byte line of a row of `dim` floats; `rw` is 1 when it will be written
+ * (a macro: the builtin wants its hint as a constant). */
+#define PREFETCH_ROW(row, dim, rw) \
+    for (Py_ssize_t line_ = 0; line_ < (dim); line_ += 16) __builtin_prefetch((row) + line_, (rw))
 
 /* Sums the gradients of repeated rows into their first occurrence, then applies row-wise
  * Adagrad to each distinct row. `slots` (one per table row, all -1 before and after) holds
@@ -186,7 +191,7 @@ static void row_adagrad_step(float *table, Py_ssize_t dim, float *row_sum,
             int64_t ahead = rows[k + PREFETCH_ROWS];
             __builtin_prefetch(slots + ahead, 1);
             __builtin_prefetch(row_sum + ahead, 1);
-            prefetch_row(table + ahead * dim, dim);
+            PREFETCH_ROW(table + ahead * dim, dim, 1);
         }
         int32_t first = slots[rows[k]];
         if (first < 0) {
@@ -198,7 +203,7 @@ static void row_adagrad_step(float *table, Py_ssize_t dim, float *row_sum,
         for (Py_ssize_t d = 0; d < dim; d++) into[d] += g[d];
     }
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (k + PREFETCH_ROWS < count) prefetch_row(table + rows[k + PREFETCH_ROWS] * dim, dim);
+        if (k + PREFETCH_ROWS < count) PREFETCH_ROW(table + rows[k + PREFETCH_ROWS] * dim, dim, 1);
         int64_t row = rows[k];
         if (slots[row] != k) continue; /* a repeat, already summed into its first */
         slots[row] = -1;
@@ -230,10 +235,7 @@ static int check_rows(const int64_t *rows, Py_ssize_t count, Py_ssize_t num_rows
 
 /* row_adagrad(table, dim, row_sum, rows, count, grads, lr, eps, slots, num_rows) */
 static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "row_adagrad takes 10 arguments");
-        return NULL;
-    }
+    if (expect_args("row_adagrad", nargs, 10)) return NULL;
     Py_ssize_t v[6];
     if (read_ints(args, 6, v)) return NULL;
     double lr = PyFloat_AsDouble(args[6]);
@@ -253,20 +255,14 @@ static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t n
 static void gather_step(const float *table, Py_ssize_t dim, const int64_t *rows,
                         Py_ssize_t count, float *out) {
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (k + PREFETCH_ROWS < count) {
-            const float *ahead = table + rows[k + PREFETCH_ROWS] * dim;
-            for (Py_ssize_t d = 0; d < dim; d += 16) __builtin_prefetch(ahead + d, 0);
-        }
+        if (k + PREFETCH_ROWS < count) PREFETCH_ROW(table + rows[k + PREFETCH_ROWS] * dim, dim, 0);
         memcpy(out + k * dim, table + rows[k] * dim, sizeof(float) * dim);
     }
 }
 
 /* gather(table, dim, rows, count, out, num_rows) */
 static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "gather takes 6 arguments");
-        return NULL;
-    }
+    if (expect_args("gather", nargs, 6)) return NULL;
     Py_ssize_t v[6];
     if (read_ints(args, 6, v)) return NULL;
     if (check_rows((const int64_t *)v[2], v[3], v[5])) return NULL;

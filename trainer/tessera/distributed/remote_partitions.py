@@ -18,10 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
-
-from ..training.hogwild import share_with_workers
-from ..training.partitions import Partition, PartitionKey, PartitionLoader, all_partition_keys
+from ..training.partitions import (
+    Partition,
+    PartitionKey,
+    PartitionLoader,
+    all_partition_keys,
+    partition_for_workers,
+)
 from .lock_client import LockClient
 from .partition_server import PARTITIONS_SERVICE
 from .rendezvous import World
@@ -148,7 +151,7 @@ class RemotePartitions:
             fetched = self.backend.fetch(missing)
             self.traffic.bytes_received += sum(map(partition_bytes, fetched.values()))
             self.traffic.swaps += 1
-            self.held.update({key: _shared(p) for key, p in fetched.items()})
+            self.held.update({key: partition_for_workers(p) for key, p in fetched.items()})
         return {key: self.held[key] for key in wanted}
 
     def give_back_all(self, metadata: dict[str, object]) -> None:
@@ -162,8 +165,3 @@ class RemotePartitions:
         self.traffic.bytes_sent += sum(map(partition_bytes, leaving.values()))
         self.lock.release(sorted(leaving), written)
 
-
-def _shared(partition: Partition) -> Partition:
-    """A received partition, where the Hogwild workers can update it in place."""
-    return Partition(share_with_workers(torch.as_tensor(partition.embeddings)),
-                     share_with_workers(torch.as_tensor(partition.adagrad_sum)))

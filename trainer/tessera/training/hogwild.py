@@ -116,8 +116,7 @@ class HogwildPool:
 
     def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any,
                  method: str | None = None) -> None:
-        self.method = method or start_method()
-        context = mp.get_context(self.method)
+        context = mp.get_context(method or start_method())
         self.results: Any = context.Queue()
         self.task_queues = [context.SimpleQueue() for _ in range(num_workers)]
         self.processes = [
@@ -187,11 +186,10 @@ def _worker_main(rank: int, num_threads: int, function: Callable[[Any, Any], Any
 class HogwildThreads:
     """Runs `function(shared, task)` in N threads of this process at once.
 
-    The training step spends nearly all its time in torch operations and compiled kernels,
-    which release the GIL, so threads train as fast as processes while sharing one copy of
-    the Python and torch runtimes and handing tasks over without copies. Each operation runs
-    on the thread that calls it (one intra-op thread while tasks run), so workers together
-    use one core each.
+    Threads share one copy of the Python and torch runtimes and take tasks without copies;
+    torch operations and the compiled kernels release the GIL, but re-taking it after each
+    of them is where threads lose time against processes. Each operation runs on the thread
+    that calls it (one intra-op thread while tasks run), so workers use one core each.
     """
 
     def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> None:

@@ -144,7 +144,7 @@ class PartitionHolder:
             self._swap_out(key, metadata)
         for key in wanted:
             if key not in self.in_memory:
-                self.in_memory[key] = _shared(self._load(key))
+                self.in_memory[key] = partition_for_workers(self._load(key))
         return {key: self.in_memory[key] for key in wanted}
 
     def write_all(self, metadata: Mapping[str, Any]) -> None:
@@ -193,7 +193,8 @@ class PartitionHolder:
         return self.loader.load(key, version)
 
 
-def _shared(partition: Partition) -> Partition:
-    """The partition where Hogwild workers can update it in place."""
-    return Partition(embeddings=share_with_workers(partition.embeddings),
-                     adagrad_sum=share_with_workers(partition.adagrad_sum))
+def partition_for_workers(partition: Partition) -> Partition:
+    """The partition as tensors where Hogwild workers can update it in place (arrays received
+    from a partition server become tensors first)."""
+    return Partition(embeddings=share_with_workers(torch.as_tensor(partition.embeddings)),
+                     adagrad_sum=share_with_workers(torch.as_tensor(partition.adagrad_sum)))
