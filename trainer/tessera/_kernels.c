@@ -191,7 +191,6 @@ static void row_adagrad_step(float *table, Py_ssize_t dim, float *row_sum,
             int64_t ahead = rows[k + PREFETCH_ROWS];
             __builtin_prefetch(slots + ahead, 1);
             __builtin_prefetch(row_sum + ahead, 1);
-            PREFETCH_ROW(table + ahead * dim, dim, 1);
         }
         int32_t first = slots[rows[k]];
         if (first < 0) {

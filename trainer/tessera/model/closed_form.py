@@ -36,7 +36,7 @@ from .comparators import Comparator
 from .embedding_model import EmbeddingModel
 from .losses import Loss, RankingLoss
 from .negatives import PADDING, Chunking, SideNegatives, negative_mask
-from .operators import Operator, accumulate_grad, summed_over_rows
+from .operators import Operator, TranslationOperator, accumulate_grad, summed_over_rows
 from .rows import RowGradients, gather_rows
 
 MINUS_INFINITY = torch.tensor(float("-inf"))  # the score of a masked negative
@@ -140,19 +140,27 @@ class SidePipeline:
     """One side's embeddings from gathered rows to what the comparator scores (global
     embedding, operator, `prepare`), and gradients the same way back.
 
-    Like an autograd function, `forward` keeps the intermediate tensors `backward` needs.
+    The global embedding and a translation both add one vector to every row: they are added
+    as one shift, in place, and share one gradient, the sum over the rows (a pass over the
+    side's [C, S + X, d] embeddings each, saved). Like an autograd function, `forward` keeps
+    the intermediate tensors `backward` needs.
     """
 
     def __init__(self, comparator: Comparator, global_embedding: nn.Parameter | None,
                  operator: Operator | None) -> None:
         self.comparator = comparator
-        self.global_embedding = global_embedding
+        self.shifts = [] if global_embedding is None else [global_embedding]
+        if isinstance(operator, TranslationOperator):
+            self.shifts.append(operator.translation)
+            operator = None
         self.operator = operator
 
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        """`rows`: the batch's own copy of the gathered rows, which this may overwrite."""
-        self.embs = rows if self.global_embedding is None else rows.add_(self.global_embedding)
-        self.transformed = self.embs if self.operator is None else self.operator(self.embs)
+        """`rows`: the batch's own copy of the gathered rows, which this overwrites."""
+        if self.shifts:
+            rows.add_(self.shifts[0] if len(self.shifts) == 1 else sum(self.shifts))
+        self.embs = rows
+        self.transformed = rows if self.operator is None else self.operator(rows)
         self.prepared = self.comparator.prepare(self.transformed)
         return self.prepared
 
@@ -161,8 +169,10 @@ class SidePipeline:
         rows_grad = self.comparator.prepare_vjp(self.transformed, self.prepared, grad)
         if self.operator is not None:
             rows_grad = self.operator.vjp(self.embs, rows_grad)
-        if self.global_embedding is not None:
-            accumulate_grad(self.global_embedding, summed_over_rows(rows_grad))
+        if self.shifts:
+            shift_grad = summed_over_rows(rows_grad)
+            for index, shift in enumerate(self.shifts):  # each parameter its own gradient
+                accumulate_grad(shift, shift_grad if index == 0 else shift_grad.clone())
         if rows_grad is not grad:  # most steps of the common case pass gradients unchanged
             grad.copy_(rows_grad)
 
