@@ -8,7 +8,8 @@
  *                gradients w.r.t. the positive and negative scores, in one pass;
  *   row_adagrad  sums the gradients of repeated rows and applies row-wise Adagrad to an
  *                embedding table and its accumulators, one pass per touched row;
- *   gather       copies the rows a batch names out of an embedding table.
+ *   gather       copies the rows a batch names out of an embedding table;
+ *   dense_adagrad  steps a small dense parameter (operators, global embeddings).
  *
  * Tensors arrive as addresses and element strides (the Python side, `tessera.kernels`,
  * checks dtypes and shapes), so this file needs no PyTorch headers and builds in a second.
@@ -271,7 +272,34 @@ static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* Adagrad with one accumulator per element (torch.optim.Adagrad's update, no decay) for a
+ * small dense parameter; `step` counts the updates, as torch's state does. */
+VECTOR_CLONES
+static void dense_adagrad_step(float *param, const float *grad, float *sum, float *step,
+                               Py_ssize_t count, float lr, float eps) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        sum[i] += grad[i] * grad[i];
+        param[i] -= lr * (grad[i] / (sqrtf(sum[i]) + eps));
+    }
+    *step += 1.0f;
+}
+
+/* dense_adagrad(param, grad, sum, step, count, lr, eps) */
+static PyObject *dense_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (expect_args("dense_adagrad", nargs, 7)) return NULL;
+    Py_ssize_t v[5];
+    if (read_ints(args, 5, v)) return NULL;
+    double lr = PyFloat_AsDouble(args[5]);
+    double eps = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    dense_adagrad_step((float *)v[0], (const float *)v[1], (float *)v[2], (float *)v[3], v[4],
+                       (float)lr, (float)eps);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"dense_adagrad", (PyCFunction)(void (*)(void))dense_adagrad, METH_FASTCALL,
+     "Adagrad step of a small dense parameter, one accumulator per element."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "Rows of a table copied out in the order named, with prefetch."},
     {"ranking_loss", (PyCFunction)(void (*)(void))ranking_loss, METH_FASTCALL,

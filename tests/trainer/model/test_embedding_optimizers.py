@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from tessera import kernels
 from tessera.errors import BadInputError
 from tessera.model import EmbeddingModel
 from tessera.training.optimizers import (
@@ -109,6 +110,16 @@ def test_model_optimizer_uses_the_relation_learning_rate(make_config) -> None:
     assert make_model_optimizer(bare, bare.config) is None
 
 
+@pytest.fixture(params=["kernels", "torch"])
+def dense_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """DenseAdagrad's compiled step, then its torch one."""
+    if request.param == "kernels" and not kernels.AVAILABLE:
+        pytest.skip("tessera._kernels is not built")
+    monkeypatch.setattr(kernels, "AVAILABLE", request.param == "kernels")
+    return request.param
+
+
+@pytest.mark.usefixtures("dense_step")
 def test_dense_adagrad_matches_torch_adagrad_and_its_state_dict() -> None:
     torch.manual_seed(0)
     ours = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
@@ -124,6 +135,7 @@ def test_dense_adagrad_matches_torch_adagrad_and_its_state_dict() -> None:
             optimizer.step()
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b)
+    assert [int(steps) for steps in dense.steps] == [4, 4]
     # PBG loads the model optimizer's state into torch's Adagrad: ours must fit it...
     reloaded = torch.optim.Adagrad([torch.nn.Parameter(p.detach().clone()) for p in ours],
                                    lr=0.3)
@@ -135,6 +147,7 @@ def test_dense_adagrad_matches_torch_adagrad_and_its_state_dict() -> None:
     torch.testing.assert_close(restored.sums[1], reference.state_dict()["state"][1]["sum"])
 
 
+@pytest.mark.usefixtures("dense_step")
 def test_dense_adagrad_leaves_parameters_without_a_gradient_alone() -> None:
     used, unused = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
     dense = DenseAdagrad([used, unused], lr=0.5)
@@ -145,3 +158,12 @@ def test_dense_adagrad_leaves_parameters_without_a_gradient_alone() -> None:
     assert unused.detach().tolist() == [1.0, 1.0]
     assert dense.steps[0].item() == 1 and dense.steps[1].item() == 0
     assert dense.sums[1].abs().sum() == 0
+
+
+def test_the_compiled_dense_step_refuses_a_gradient_of_another_shape() -> None:
+    if not kernels.AVAILABLE:
+        pytest.skip("tessera._kernels is not built")
+    param = torch.nn.Parameter(torch.ones(4))
+    with pytest.raises(ValueError, match=r"gradient: expected a contiguous tensor of shape \(4,\)"):
+        kernels.dense_adagrad(param, torch.ones(5), torch.zeros(4), torch.zeros(()), 0.1, 1e-10)
+    assert param.detach().tolist() == [1.0] * 4

@@ -127,8 +127,15 @@ class DenseAdagrad:
             param.grad = None
 
     def step(self) -> None:
-        # One multi-tensor operation per stage instead of one per parameter: the parameters
-        # are small and this runs after every batch, so per-operation overhead is the cost.
+        # The parameters are small and this runs after every batch, so per-operation overhead
+        # is the cost: one compiled call per parameter, else one multi-tensor operation per
+        # stage.
+        if kernels.AVAILABLE and all(p.dtype == torch.float32 for p in self.params):
+            for param, row_sum, steps in zip(self.params, self.sums, self.steps):
+                if param.grad is not None:
+                    kernels.dense_adagrad(param, param.grad.contiguous(), row_sum, steps,
+                                          self.lr, EPSILON)
+            return
         live = [i for i, param in enumerate(self.params) if param.grad is not None]
         if not live:
             return
