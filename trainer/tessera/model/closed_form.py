@@ -197,17 +197,24 @@ def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_f
         lhs_loss = side_loss(chunking, pos_scores, [lhs_scores], [lhs_scores], lhs.layout,
                              loss_fn, weight, pos_grad)
         batch_block += rhs_batch_grad  # the whole gradient w.r.t. B, from both sides
-        rhs_neg_grad = torch.cat([batch_block.transpose(1, 2), rhs_extra], dim=2)
+        # B's gradient and the right side's extra negatives' reach the left positives as two
+        # products (cheaper than joining the transposed block and the extras first).
+        lhs_queries = [(batch_block.transpose(1, 2), rhs.pos), (rhs_extra, rhs.embs[:, size:])]
+        # Both sides' batch slots got their gradient through the other side's queries.
+        lhs_negs, rhs_negs = (lhs_scores[:, :, size:], size), (rhs_extra, size)
     else:
-        rhs_neg_grad = torch.bmm(lhs.pos, rhs.negatives.transpose(1, 2))
-        rhs_loss = side_loss(chunking, pos_scores, [rhs_neg_grad], [rhs_neg_grad], rhs.layout,
+        rhs_scores = torch.bmm(lhs.pos, rhs.negatives.transpose(1, 2))
+        rhs_loss = side_loss(chunking, pos_scores, [rhs_scores], [rhs_scores], rhs.layout,
                              loss_fn, weight, pos_grad)
         lhs_loss = side_loss(chunking, pos_scores, [lhs_scores], [lhs_scores], lhs.layout,
                              loss_fn, weight, pos_grad)
+        lhs_queries = [(rhs_scores, rhs.negatives)]
+        lhs_negs = (lhs_scores, lhs.layout.neg_start)
+        rhs_negs = (rhs_scores, rhs.layout.neg_start)
     # Each positive score is the inner product of the edge's two sides.
     pos_grad = pos_grad.unsqueeze(2)
-    write_gradient(lhs, pos_grad * rhs.pos, rhs_neg_grad, rhs, lhs_scores, shared)
-    write_gradient(rhs, pos_grad * lhs.pos, lhs_scores, lhs, rhs_neg_grad, shared)
+    write_gradient(lhs, pos_grad * rhs.pos, lhs_queries, *lhs_negs, rhs.pos)
+    write_gradient(rhs, pos_grad * lhs.pos, [(lhs_scores, lhs.negatives)], *rhs_negs, lhs.pos)
     return lhs_loss + rhs_loss
 
 
@@ -254,22 +261,23 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
     return loss
 
 
-def write_gradient(side: ScoredSide, pos_grad: torch.Tensor, query_score_grad: torch.Tensor,
-                   queried: ScoredSide, neg_score_grad: torch.Tensor, folded: bool) -> None:
-    """Write `side.grad`, from the side's positive scores (whose gradient w.r.t. its
-    positives is `pos_grad`, added to here), from the other side's negatives scored against
-    its positives (score gradient `query_score_grad`) and from its own negatives' scores."""
-    if query_score_grad.shape[2]:
-        pos_grad.baddbmm_(query_score_grad, queried.negatives)
-    # With folded batch blocks, the queries' product above already carried the batch slots.
-    num_pos, neg_start = side.layout.num_pos, side.layout.neg_start
-    start = num_pos if folded else neg_start
+def write_gradient(side: ScoredSide, pos_grad: torch.Tensor,
+                   queries: list[tuple[torch.Tensor, torch.Tensor]], neg_grad: torch.Tensor,
+                   start: int, queried_pos: torch.Tensor) -> None:
+    """Write `side.grad`. Its positives' gradient is `pos_grad` (from the positive scores,
+    added to here) plus, for each (score gradient [C, S, M], embeddings [C, M, d]) in
+    `queries`, the other side's negatives scored against them. Its slots from `start` on are
+    negatives, scored against the other side's positives `queried_pos` with gradient
+    `neg_grad` [C, S, slots - start]."""
+    for score_grad, embs in queries:
+        if score_grad.shape[2]:
+            pos_grad.baddbmm_(score_grad, embs)
     if start == side.embs.shape[1]:
         side.grad.copy_(pos_grad)
         return
-    neg_grad = neg_score_grad[:, :, start - neg_start:].transpose(1, 2)
-    if start == 0:
-        torch.bmm(neg_grad, queried.pos, out=side.grad)
-        side.grad[:, :num_pos] += pos_grad
+    if start == 0:  # the positives are negatives too: both gradients add up
+        torch.bmm(neg_grad.transpose(1, 2), queried_pos, out=side.grad)
+        side.grad[:, :side.layout.num_pos] += pos_grad
     else:
-        torch.cat([pos_grad, torch.bmm(neg_grad, queried.pos)], dim=1, out=side.grad)
+        torch.cat([pos_grad, torch.bmm(neg_grad.transpose(1, 2), queried_pos)], dim=1,
+                  out=side.grad)
