@@ -9,6 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import torch
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
@@ -22,6 +23,7 @@ from tessera.training.bucket_trainer import BucketOutcome
 from tessera.training.coordinator import EarlyStopping, train
 from tessera.training.partitions import PartitionLoader
 from tessera.training.schedule import TrainingStep
+from tessera.training.seeding import stable_seed
 
 QUIET = Reporter("quiet")
 
@@ -223,3 +225,24 @@ def test_a_failed_background_write_stops_the_run(tmp_path: Path,
     with pytest.raises(OSError, match="disk full"):
         train(parse_config(graph.config(num_epochs=1, background_io=True)), QUIET)
     assert not (graph.root / "checkpoints" / "checkpoint_version.txt").exists()
+
+
+def test_partitions_are_read_and_drawn_straight_into_memory_workers_share(
+        trained_graphs: dict[int, PlantedGraph], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No private copy of a whole partition on the way to the workers (the 8-partition
+    benchmark's main process held one per swap)."""
+    monkeypatch.setenv("TESSERA_HOGWILD", "processes")
+    graph = trained_graphs[4]
+    config = parse_config(graph.config())
+    store = CheckpointStore(Directory(config.checkpoint_path))
+    counts = {"node": [len(range(part, graph.num_entities, 4)) for part in range(4)]}
+    loader = PartitionLoader(config, counts, store, None, seed=3)
+    loaded = loader.load(("node", 1), store.current_version())
+    expected, _ = store.read_embeddings("node", 1)
+    assert loaded.embeddings.is_shared()
+    np.testing.assert_array_equal(loaded.embeddings.numpy(), expected)
+    fresh = loader.load(("node", 1), 0)
+    assert fresh.embeddings.is_shared()
+    generator = torch.Generator().manual_seed(stable_seed((3, 0, 1)))
+    drawn = torch.randn(counts["node"][1], config.dimension, generator=generator)
+    torch.testing.assert_close(fresh.embeddings, drawn * config.init_scale, rtol=0, atol=0)

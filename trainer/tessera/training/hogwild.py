@@ -105,6 +105,12 @@ def share_with_workers(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.share_memory_() if workers_are_processes() else tensor
 
 
+def empty_for_workers(*shape: int) -> torch.Tensor:
+    """An uninitialised float tensor where workers can update it, to be filled in place (from
+    a file, by a random draw): no private copy of a whole partition on the way."""
+    return share_with_workers(torch.empty(shape))
+
+
 def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> Pool:
     pool_class = HogwildPool if workers_are_processes() else HogwildThreads
     return pool_class(num_workers, function, shared)

@@ -17,12 +17,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..config import ConfigSchema
 from ..storage.checkpoint import CheckpointStore
-from .hogwild import share_with_workers
+from .hogwild import empty_for_workers, share_with_workers
 from .optimizers import row_adagrad_state
 from .seeding import stable_seed
 
@@ -90,10 +89,9 @@ class PartitionLoader:
             source, source_version = self.init, None
         else:
             return self._fresh(entity, part, count)
-        embeddings, blob = source.read_embeddings(
-            entity, part, source_version, num_entities=count,
-            dimension=self.config.entity_dimension(entity))
-        table = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+        table = empty_for_workers(count, self.config.entity_dimension(entity))
+        _, blob = source.read_embeddings(entity, part, source_version, num_entities=count,
+                                         dimension=table.shape[1], out=table.numpy())
         row_sum = deserialize_row_state(blob, count)
         return Partition(table, torch.zeros(count) if row_sum is None else row_sum)
 
@@ -109,7 +107,8 @@ class PartitionLoader:
         type_index = list(self.config.entities).index(entity)
         generator = torch.Generator().manual_seed(stable_seed((self.seed, type_index, part)))
         dimension = self.config.entity_dimension(entity)
-        table = torch.randn(count, dimension, generator=generator) * self.config.init_scale
+        table = empty_for_workers(count, dimension)  # the values torch.randn would draw
+        table.normal_(generator=generator).mul_(self.config.init_scale)
         return Partition(table, torch.zeros(count))
 
 
