@@ -54,7 +54,7 @@ def supports_closed_form(model: EmbeddingModel) -> bool:
 def closed_form_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
                           rhs_table: torch.Tensor, *, num_batch_negs: int,
                           num_uniform_negs: int, generator: torch.Generator | None
-                          ) -> tuple[torch.Tensor, list[RowGradients]]:
+                          ) -> tuple[float, list[RowGradients]]:
     """The loss of `edges` and the gradients of the table rows it used; the model parameters'
     gradients are added to their `.grad`. Only for models `supports_closed_form` accepts."""
     plan = model.plan_batch(edges, len(lhs_table), len(rhs_table),
@@ -178,7 +178,7 @@ class SidePipeline:
 
 
 def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_fn: Loss,
-                    weight: float) -> torch.Tensor:
+                    weight: float) -> float:
     """The loss of both sides' corruptions; its gradients w.r.t. both sides' embeddings go
     to their `grad`."""
     size = chunking.chunk_size
@@ -229,7 +229,7 @@ def positive_scores(lhs: ScoredSide, rhs: ScoredSide, lhs_scores: torch.Tensor
 
 def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.Tensor],
               grads: list[torch.Tensor], layout: SideLayout, loss_fn: Loss, weight: float,
-              pos_grad: torch.Tensor) -> torch.Tensor:
+              pos_grad: torch.Tensor) -> float:
     """The loss of one side's corruptions (relation weight included), whose negatives'
     scores [C, S, M] are `blocks` side by side. Writes their gradients to `grads` (shaped
     like `blocks`, possibly the same tensors) and adds the positives' to `pos_grad` [C, S]."""
@@ -238,10 +238,9 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
     if kernels.AVAILABLE and isinstance(loss_fn, RankingLoss):
         # The other losses' exp/log vectorise well in torch; ranking is a dozen passes there.
         keys = neg_keys.split(widths, dim=1)
-        loss = kernels.ranking_loss(
+        return kernels.ranking_loss(
             loss_fn.margin, weight, chunking.num_edges, pos_scores,
             layout.keys[:, :layout.num_pos], list(zip(blocks, grads, keys)), pos_grad)
-        return torch.tensor(loss)
     scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
     # In place, through `where`: on CPU, masked_fill_ takes twice as long.
     torch.where(layout.mask(), MINUS_INFINITY, scores, out=scores)
@@ -258,7 +257,7 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
         if grad.data_ptr() != block_grad.data_ptr() or grad.stride() != block_grad.stride():
             grad.copy_(block_grad)
     chunking.unchunk(pos_grad).add_(edge_pos_grad)
-    return loss
+    return float(loss)
 
 
 def write_gradient(side: ScoredSide, pos_grad: torch.Tensor,

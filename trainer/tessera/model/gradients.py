@@ -36,7 +36,7 @@ def batch_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Ten
         loss, rows = closed_form_gradients(
             model, edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
             num_uniform_negs=num_uniform_negs, generator=generator)
-        return BatchGradients(loss=float(loss), regularization=0.0, rows=rows)
+        return BatchGradients(loss=loss, regularization=0.0, rows=rows)
     result = model(edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
                    num_uniform_negs=num_uniform_negs, generator=generator)
     result.loss.backward()
