@@ -233,20 +233,26 @@ static int check_rows(const int64_t *rows, Py_ssize_t count, Py_ssize_t num_rows
     return 0;
 }
 
-/* row_adagrad(table, dim, row_sum, rows, count, grads, lr, eps, slots, num_rows) */
+/* The learning rate and epsilon that end the optimizers' argument lists; -1 on error. */
+static int read_lr_eps(PyObject *const *args, float *lr, float *eps) {
+    double lr_value = PyFloat_AsDouble(args[0]);
+    double eps_value = PyFloat_AsDouble(args[1]);
+    if (PyErr_Occurred()) return -1;
+    *lr = (float)lr_value;
+    *eps = (float)eps_value;
+    return 0;
+}
+
+/* row_adagrad(table, dim, row_sum, rows, count, grads, slots, num_rows, lr, eps) */
 static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (expect_args("row_adagrad", nargs, 10)) return NULL;
-    Py_ssize_t v[6];
-    if (read_ints(args, 6, v)) return NULL;
-    double lr = PyFloat_AsDouble(args[6]);
-    double eps = PyFloat_AsDouble(args[7]);
-    Py_ssize_t slots = PyLong_AsSsize_t(args[8]);
-    Py_ssize_t num_rows = PyLong_AsSsize_t(args[9]);
-    if (PyErr_Occurred()) return NULL;
-    if (check_rows((const int64_t *)v[3], v[4], num_rows)) return NULL;
+    Py_ssize_t v[8];
+    float lr, eps;
+    if (read_ints(args, 8, v) || read_lr_eps(args + 8, &lr, &eps)) return NULL;
+    if (check_rows((const int64_t *)v[3], v[4], v[7])) return NULL;
     Py_BEGIN_ALLOW_THREADS
     row_adagrad_step((float *)v[0], v[1], (float *)v[2], (const int64_t *)v[3], v[4],
-                     (float *)v[5], (float)lr, (float)eps, (int32_t *)slots);
+                     (float *)v[5], lr, eps, (int32_t *)v[6]);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -288,12 +294,11 @@ static void dense_adagrad_step(float *param, const float *grad, float *sum, floa
 static PyObject *dense_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (expect_args("dense_adagrad", nargs, 7)) return NULL;
     Py_ssize_t v[5];
-    if (read_ints(args, 5, v)) return NULL;
-    double lr = PyFloat_AsDouble(args[5]);
-    double eps = PyFloat_AsDouble(args[6]);
-    if (PyErr_Occurred()) return NULL;
+    float lr, eps;
+    if (read_ints(args, 5, v) || read_lr_eps(args + 5, &lr, &eps)) return NULL;
+    /* A few hundred floats: releasing the GIL would cost more than the loop. */
     dense_adagrad_step((float *)v[0], (const float *)v[1], (float *)v[2], (float *)v[3], v[4],
-                       (float)lr, (float)eps);
+                       lr, eps);
     Py_RETURN_NONE;
 }
 

@@ -92,8 +92,8 @@ def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
                          f"{tuple(table.shape)}, row sums {tuple(row_sum.shape)} and slots "
                          f"{tuple(slots.shape)} do not match")
     _kernels.row_adagrad(table.data_ptr(), table.shape[1], row_sum.data_ptr(),
-                         rows.data_ptr(), len(rows), grads.data_ptr(), float(lr), float(eps),
-                         slots.data_ptr(), len(table))  # raises IndexError for a bad row id
+                         rows.data_ptr(), len(rows), grads.data_ptr(), slots.data_ptr(),
+                         len(table), float(lr), float(eps))  # IndexError for a bad row id
 
 
 def gather(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
