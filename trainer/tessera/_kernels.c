@@ -2,13 +2,14 @@
  *
  * The first two replace a chain of small tensor operations whose cost is dominated by
  * reading and writing the same few hundred kilobytes again and again; the third is a plain
- * row copy that asks for the (random) rows of a large table ahead of time:
+ * row copy that asks for the (random) rows of a large table ahead of time; the last replaces
+ * five tensor operations whose per-call overhead outweighs a few hundred floats of work:
  *
- *   ranking_loss masks a side's negative scores, evaluates the ranking loss and writes its
- *                gradients w.r.t. the positive and negative scores, in one pass;
- *   row_adagrad  sums the gradients of repeated rows and applies row-wise Adagrad to an
- *                embedding table and its accumulators, one pass per touched row;
- *   gather       copies the rows a batch names out of an embedding table;
+ *   ranking_loss   masks a side's negative scores, evaluates the ranking loss and writes its
+ *                  gradients w.r.t. the positive and negative scores, in one pass;
+ *   row_adagrad    sums the gradients of repeated rows and applies row-wise Adagrad to an
+ *                  embedding table and its accumulators, one pass per touched row;
+ *   gather         copies the rows a batch names out of an embedding table;
  *   dense_adagrad  steps a small dense parameter (operators, global embeddings).
  *
  * Tensors arrive as addresses and element strides (the Python side, `tessera.kernels`,
