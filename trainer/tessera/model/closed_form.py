@@ -211,7 +211,8 @@ def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_f
         lhs_queries = [(rhs_scores, rhs.negatives)]
         lhs_negs = (lhs_scores, lhs.layout.neg_start)
         rhs_negs = (rhs_scores, rhs.layout.neg_start)
-    # Each positive score is the inner product of the edge's two sides.
+    # `*_negs`: a side's own negatives' score gradients and the slot where those negatives
+    # start. Each positive score is the inner product of the edge's two sides.
     pos_grad = pos_grad.unsqueeze(2)
     write_gradient(lhs, pos_grad * rhs.pos, lhs_queries, *lhs_negs, rhs.pos)
     write_gradient(rhs, pos_grad * lhs.pos, [(lhs_scores, lhs.negatives)], *rhs_negs, lhs.pos)
