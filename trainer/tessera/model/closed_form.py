@@ -158,7 +158,7 @@ class SidePipeline:
     def forward(self, rows: torch.Tensor) -> torch.Tensor:
         """`rows`: the batch's own copy of the gathered rows, which this overwrites."""
         if self.shifts:
-            rows.add_(self.shifts[0] if len(self.shifts) == 1 else sum(self.shifts))
+            rows.add_(sum(self.shifts[1:], self.shifts[0]))
         self.embs = rows
         self.transformed = rows if self.operator is None else self.operator(rows)
         self.prepared = self.comparator.prepare(self.transformed)
@@ -275,9 +275,9 @@ def write_gradient(side: ScoredSide, pos_grad: torch.Tensor,
     if start == side.embs.shape[1]:
         side.grad.copy_(pos_grad)
         return
+    by_slot = neg_grad.transpose(1, 2)
     if start == 0:  # the positives are negatives too: both gradients add up
-        torch.bmm(neg_grad.transpose(1, 2), queried_pos, out=side.grad)
+        torch.bmm(by_slot, queried_pos, out=side.grad)
         side.grad[:, :side.layout.num_pos] += pos_grad
     else:
-        torch.cat([pos_grad, torch.bmm(neg_grad.transpose(1, 2), queried_pos)], dim=1,
-                  out=side.grad)
+        torch.cat([pos_grad, torch.bmm(by_slot, queried_pos)], dim=1, out=side.grad)

@@ -121,6 +121,8 @@ class DenseAdagrad:
         self.lr = lr
         self.sums = [torch.zeros_like(p, memory_format=torch.contiguous_format) for p in params]
         self.steps = [torch.zeros((), dtype=torch.float32) for _ in params]
+        # Whether `step` makes the compiled call (float32 parameters only).
+        self.compiled = kernels.AVAILABLE and all(p.dtype == torch.float32 for p in params)
 
     def zero_grad(self) -> None:
         for param in self.params:
@@ -130,7 +132,7 @@ class DenseAdagrad:
         # The parameters are small and this runs after every batch, so per-operation overhead
         # is the cost: one compiled call per parameter, else one multi-tensor operation per
         # stage.
-        if kernels.AVAILABLE and all(p.dtype == torch.float32 for p in self.params):
+        if self.compiled:
             for param, row_sum, steps in zip(self.params, self.sums, self.steps):
                 if param.grad is not None:
                     kernels.dense_adagrad(param, param.grad.contiguous(), row_sum, steps,
