@@ -24,7 +24,7 @@ import torch
 from tessera.config import parse_config
 from tessera.edgelist import EdgeList
 from tessera.model import EmbeddingModel
-from tessera.training.hogwild import keep_freed_memory
+from tessera.training.allocator import keep_freed_memory
 from tessera.training.optimizers import make_model_optimizer
 from tessera.training.partitions import Partition
 from tessera.training.worker import BatchSettings, ModelState, WorkerTask, train_part

@@ -20,10 +20,11 @@ from tessera.training.worker import ModelState
 
 # Where glibc puts a 24 MiB tensor and whether it keeps the memory once the tensor is freed,
 # in MiB (mapped on its own, allocated from the heap, given back to the kernel once freed),
-# after `keep_freed_memory` (in a fresh process, so the test's own is unchanged).
+# after `keep_freed_memory` (in a fresh process, so the test's own is unchanged), and how
+# much `release_freed_memory` then hands back.
 HEAP_OF_A_FREED_TENSOR = """
-import ctypes, torch
-from tessera.training.hogwild import keep_freed_memory
+import ctypes, resource, torch
+from tessera.training.allocator import keep_freed_memory, release_freed_memory
 FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
           "fordblks", "keepcost")
 class Mallinfo2(ctypes.Structure):
@@ -36,8 +37,13 @@ tensor = torch.empty(6 * 2**20).fill_(1.0)
 during = libc.mallinfo2()
 del tensor
 after = libc.mallinfo2()
+def resident_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+kept = resident_bytes()
+assert release_freed_memory()
 print((during.hblkhd - before.hblkhd) >> 20, (during.uordblks - before.uordblks) >> 20,
-      (during.arena - after.arena) >> 20)
+      (during.arena - after.arena) >> 20, (kept - resident_bytes()) >> 20)
 """
 
 
@@ -49,13 +55,14 @@ def test_workers_share_the_cores_without_oversubscribing() -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
-def test_a_freed_batch_tensor_stays_in_the_heap_for_the_next_batch() -> None:
+def test_a_freed_batch_tensor_stays_in_the_heap_until_the_bucket_ends() -> None:
     result = subprocess.run([sys.executable, "-c", HEAP_OF_A_FREED_TENSOR],
                             capture_output=True, text=True, check=True)
-    mapped, in_heap, trimmed = map(int, result.stdout.split())
+    mapped, in_heap, trimmed, released = map(int, result.stdout.split())
     # By default glibc would map the tensor's own pages and unmap them when it is freed.
     assert mapped == 0 and in_heap >= 24
     assert trimmed == 0
+    assert released >= 24
 
 
 # A parent that starts a pool of two workers, prints their pids and waits to be killed.
@@ -182,3 +189,23 @@ def test_forked_workers_inherit_the_shared_state_and_write_through_it() -> None:
     with HogwildPool(2, _add_to_row, table, method="fork") as pool:
         assert pool.run([1, 3]) == [1, 3]
     assert table.tolist() == [0.0, 1.0, 0.0, 3.0]
+
+
+def _shared_memory_files(pid: int) -> set[str]:
+    with open(f"/proc/{pid}/maps") as maps:
+        return {line.split(maxsplit=5)[5].strip() for line in maps if "/dev/shm/torch_" in line}
+
+
+def _row_count(shared: object, task: dict[str, torch.Tensor]) -> int:
+    return len(task["table"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/PID/maps")
+def test_a_worker_lets_go_of_its_task_before_reporting_it_done() -> None:
+    # Otherwise the previous bucket's partitions stay mapped in the workers while the trainer
+    # loads the next ones: two partitions more in memory at every swap.
+    with HogwildPool(2, _row_count, None, method="fork") as pool:
+        assert pool.run([{"table": torch.zeros(2**20).share_memory_()},
+                         {"table": torch.zeros(2**18).share_memory_()}]) == [2**20, 2**18]
+        for process in pool.processes:
+            assert _shared_memory_files(process.pid) == set()

@@ -28,6 +28,8 @@ def split_holdout(edges: EdgeList, eval_fraction: float,
     parts keep the stored order of the edges.
     """
     num_eval = int(len(edges) * eval_fraction)
+    if num_eval == 0:
+        return edges, edges[:0]  # no copy of a bucket's edges for nothing
     generator = torch.Generator().manual_seed(stable_seed(seed_key))
     held_out = torch.zeros(len(edges), dtype=torch.bool)
     held_out[torch.randperm(len(edges), generator=generator)[:num_eval]] = True
@@ -66,7 +68,8 @@ def _single_relation_batches(edges: EdgeList, batch_size: int,
     """
     # One stable sort groups each type's edges together without changing their order, so
     # "the first edges of a type still left" is a cursor moving through its group.
-    grouped = edges[torch.argsort(edges.rel, stable=True)]
+    already_grouped = bool((edges.rel[1:] >= edges.rel[:-1]).all())  # one relation type, say
+    grouped = edges if already_grouped else edges[torch.argsort(edges.rel, stable=True)]
     _, counts = torch.unique_consecutive(grouped.rel, return_counts=True)
     left = counts.tolist()
     cursors = list(itertools.accumulate(left, initial=0))

@@ -29,6 +29,7 @@ from ..model import EmbeddingModel
 from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.fs import Directory
+from .allocator import release_freed_memory
 from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
 from .graph_data import GraphData, check_edge_paths
@@ -243,6 +244,7 @@ class TrainingRun:
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
         outcome = trainer.train(step, partitions,
                                 self.config.hogwild_delay if first_ever else 0.0)
+        release_freed_memory()  # the bucket's edges and batches, before the next swap
         self.trained_here += 1
         self._report(task, position, self.source.trained(outcome))
         if self.config.verbose:

@@ -29,35 +29,15 @@ import torch
 import torch.multiprocessing as mp
 
 from ..errors import ConfigError, TransientError
+from .allocator import keep_freed_memory, release_freed_memory
 
 # How often the parent checks that workers are still alive while waiting for results.
 LIVENESS_POLL_SECONDS = 1.0
-
-# glibc mallopt parameters, and the values workers use (see `keep_freed_memory`).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # the largest glibc accepts
-TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 
 def threads_per_worker(num_workers: int) -> int:
     """Intra-op threads for each worker, so that workers together do not oversubscribe cores."""
     return max(1, (os.cpu_count() or 1) // num_workers)
-
-
-def keep_freed_memory() -> bool:
-    """Make glibc's allocator keep freed memory for the next batch; False without glibc.
-
-    Every batch allocates and frees the same few megabytes of tensors. By default glibc
-    serves blocks that large with fresh pages from the kernel and hands them back when they
-    are freed, so each batch pays a page fault for every 4 KiB it touches: up to a fifth of a
-    worker's time. Blocks up to 32 MiB now come from the heap, which keeps up to 128 MiB free.
-    """
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-                and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 
 
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
@@ -184,9 +164,14 @@ def _worker_main(rank: int, num_threads: int, function: Callable[[Any, Any], Any
         if task is None:
             return
         try:
-            results.put((rank, True, function(shared, task)))
+            outcome = (rank, True, function(shared, task))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises it
-            results.put((rank, False, traceback.format_exc()))
+            outcome = (rank, False, traceback.format_exc())
+        # Let go of the task before reporting: by the time the parent swaps in the next
+        # bucket's partitions, no worker still maps the previous ones.
+        del task
+        release_freed_memory()
+        results.put(outcome)
 
 
 class HogwildThreads:

@@ -1,0 +1,52 @@
+"""How the process's memory allocator (glibc's) treats the memory training frees.
+
+Inside a bucket, every batch allocates and frees the same few megabytes of tensors: that
+memory is kept for the next batch (`keep_freed_memory`). Between buckets it is handed back
+(`release_freed_memory`), so what a worker or the trainer holds while the partitions are
+swapped is only what it uses. Both are no-ops (returning False) without glibc.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from typing import Any
+
+# glibc mallopt parameters, and the values workers use (see `keep_freed_memory`).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # the largest glibc accepts
+TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
+
+
+def _libc_function(name: str) -> Any:
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
+def keep_freed_memory() -> bool:
+    """Make the allocator keep freed memory for the next batch; False without glibc.
+
+    By default glibc serves blocks of a few megabytes with fresh pages from the kernel and
+    hands them back when they are freed, so each batch pays a page fault for every 4 KiB it
+    touches: up to a fifth of a worker's time. Blocks up to 32 MiB now come from the heap,
+    which keeps up to 128 MiB free.
+    """
+    mallopt = _libc_function("mallopt")
+    return bool(mallopt and mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+
+
+def release_freed_memory() -> bool:
+    """Hand the free memory of the heap back to the kernel; False without glibc.
+
+    A bucket's temporaries (its edges, their shuffled copies, the batches' tensors) leave
+    free pages scattered in the heap, which a long run only ever grows: trimming after each
+    bucket keeps a process's memory at what one bucket needs, for ~1 ms per bucket.
+    """
+    malloc_trim = _libc_function("malloc_trim")
+    if malloc_trim is None:
+        return False
+    malloc_trim(0)
+    return True
