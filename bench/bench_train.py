@@ -74,11 +74,6 @@ def write_python_config(path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
-# A process that loads a trainer's code (Python, torch, its own modules) and does nothing:
-# the memory any run of that trainer starts from, whatever the graph.
-RUNTIME_ALONE = "import time, {module}; time.sleep(1)"
-
-
 # --- the two systems --------------------------------------------------------------------
 
 class Tessera:
@@ -95,9 +90,6 @@ class Tessera:
 
     def train_command(self, config: Path) -> list[str]:
         return [sys.executable, "-m", "tessera", "train", str(config), "--log-format", "json"]
-
-    def runtime_command(self) -> list[str]:
-        return [sys.executable, "-c", RUNTIME_ALONE.format(module="tessera.training.coordinator")]
 
     def loop_rate(self, log: str, folder: Path) -> float | None:
         """Edges over the compute time of all buckets (the `seconds` of each bucket in
@@ -130,9 +122,6 @@ class PyTorchBigGraph:
 
     def train_command(self, config: Path) -> list[str]:
         return [str(self.bin / "torchbiggraph_train"), str(config)]
-
-    def runtime_command(self) -> list[str]:
-        return [str(self.bin / "python"), "-c", RUNTIME_ALONE.format(module="torchbiggraph.train")]
 
     def loop_rate(self, log: str, folder: Path) -> float | None:
         """Edges over the compute time of all buckets (PBG's own per-bucket timing)."""
@@ -484,32 +473,47 @@ def memory_bound(nodes: int, edges: int, partitions: int, dimension: int) -> int
     return held * rows * (dimension + 1) * 4 + bucket_edges * 3 * 8
 
 
-def runtime_pss(system: System) -> int | None:
-    """Peak PSS of a process that only loads the system's code (see RUNTIME_ALONE)."""
-    log = OUTPUT / f"runtime_{system.name.lower()}.log"
-    measured = attempt(run_measured, system.runtime_command(), log)
+# A graph whose embeddings and buckets weigh almost nothing, with enough edges for full
+# batches in every bucket of 8 partitions: what a run on it holds
+# (the interpreter, torch, the trainer's code and per-process heaps) is a fixed cost.
+FIXED_COST_GRAPH = GraphSpec(edges=200_000, nodes=2_000)
+
+
+def fixed_cost_pss(system: System, partitions: int, lr: float, seed: int) -> int | None:
+    """Peak PSS of one epoch of the same training on FIXED_COST_GRAPH: the part of a run's memory
+    that does not grow with the graph."""
+    spec = GraphSpec(FIXED_COST_GRAPH.edges, FIXED_COST_GRAPH.nodes, seed=seed)
+    graph = ensure_graph(spec, OUTPUT / "graphs")
+    folder = run_folder(spec.key, system, partitions)
+    config = benchmark_config(folder, partitions, lr, epochs=1)
+    if attempt(import_graph, system, folder, config, graph, False) is None:
+        return None
+    measured = attempt(run_measured, system.train_command(system.write_config(folder, config)),
+                       folder / "train.log")
     return measured.peak_tree_pss if measured else None
 
 
-def print_memory_bound(results: list[RunResult], runtimes: dict[str, int | None], nodes: int,
-                       edges: int, dimension: int) -> None:
-    """Each system's peak beside the bound, and how much of the peak its runtime alone takes
-    (the rest is what the run itself holds: the part the bound is about)."""
-    names = [name for name in ("Tessera", "PBG") if name in runtimes]
+def print_memory_bound(results: list[RunResult], fixed: dict[tuple[str, int], int | None],
+                       nodes: int, edges: int, dimension: int) -> None:
+    """Each system's peak beside the bound, split into its fixed cost (the same run on a tiny
+    graph) and the rest: the memory that grows with the graph, which the bound is about."""
+    names = sorted({name for name, _ in fixed}, key=["Tessera", "PBG"].index)
     print("\n| partitions | bound: 2 partitions + Adagrad + 1 bucket (GB) | "
-          + " | ".join(f"{name} peak PSS (GB) | {name} runtime alone (GB) | "
-                       f"{name} peak - runtime (GB)" for name in names) + " |")
+          + " | ".join(f"{name} peak PSS | {name} fixed cost | {name} peak - fixed cost"
+                       for name in names) + " |")
     print("|---|---|" + "---|---|---|" * len(names))
     for count in sorted({result.partitions for result in results}):
         cells = [str(count), f"{memory_bound(nodes, edges, count, dimension) / GB:.2f}"]
         for name in names:
             peak = median([r.peak_tree_pss for r in results if r.system == name
                            and r.partitions == count and r.peak_tree_pss])
-            runtime = runtimes[name]
-            above = peak - runtime if peak and runtime else None
+            base = fixed.get((name, count))
+            grown = peak - base if peak and base else None
             cells += ["-" if value is None else f"{value / GB:.2f}"
-                      for value in (peak, runtime, above)]
+                      for value in (peak, base, grown)]
         print("| " + " | ".join(cells) + " |")
+    print(f"(GB; fixed cost: peak PSS of one epoch of the same config on a graph of "
+          f"{FIXED_COST_GRAPH.edges:,} edges and {FIXED_COST_GRAPH.nodes:,} nodes.)")
 
 
 def print_comparison(results: list[RunResult], gflops: float, edge_flops: int) -> None:
@@ -571,7 +575,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     held_out = HeldOutSet.build(graph, args.eval_negatives, chunk=1000, seed=args.seed)
     gflops = matmul_gflops()
     results = run_benchmark(args, systems, graph, spec.key, held_out)
-    runtimes = {system.name: runtime_pss(system) for system in systems}
+    fixed = {(system.name, count): fixed_cost_pss(system, count, args.lr, args.seed)
+             for system in systems for count in args.partitions}
     print(f"\nGraph: {graph.num_train:,} training edges, {len(held_out.names):,} nodes, "
           f"{held_out.heads.size:,} held-out test edges; {args.epochs} epochs, lr {args.lr}.")
     print(f"Held-out evaluation: score dot(head, tail + translation); each test edge ranked "
@@ -589,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print_results(results, args.repeats)
     config = benchmark_config(OUTPUT, 1, args.lr, args.epochs)
     print_comparison(results, gflops, flops_per_edge(config))
-    print_memory_bound(results, runtimes, args.nodes, graph.num_train, config["dimension"])
+    print_memory_bound(results, fixed, args.nodes, graph.num_train, config["dimension"])
 
 
 if __name__ == "__main__":
