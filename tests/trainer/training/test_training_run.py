@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import weakref
 from pathlib import Path
 
 import h5py
@@ -13,17 +14,20 @@ import torch
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
+from tessera.edgelist import EdgeList
 from tessera.evaluation.command import evaluate_checkpoint
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
-from tessera.training import hogwild
+from tessera.training import bucket_trainer, hogwild
 from tessera.training.bucket import Bucket
 from tessera.training.bucket_trainer import BucketOutcome
 from tessera.training.coordinator import EarlyStopping, train
+from tessera.training.graph_data import GraphData
 from tessera.training.partitions import PartitionLoader
 from tessera.training.schedule import TrainingStep
 from tessera.training.seeding import stable_seed
+from tessera.training.worker import ModelState, WorkerStats, WorkerTask, train_part
 
 QUIET = Reporter("quiet")
 
@@ -246,3 +250,26 @@ def test_partitions_are_read_and_drawn_straight_into_memory_workers_share(
     generator = torch.Generator().manual_seed(stable_seed((3, 0, 1)))
     drawn = torch.randn(counts["node"][1], config.dimension, generator=generator)
     torch.testing.assert_close(fresh.embeddings, drawn * config.init_scale, rtol=0, atol=0)
+
+
+def test_only_the_shuffled_copy_of_a_bucket_stays_in_memory_while_it_trains(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunk as read is dropped before the workers start: with one partition a bucket is
+    the whole edge list, and holding it twice doubled the trainer's largest allocation."""
+    read_chunk = GraphData.read_chunk
+    as_read: list[weakref.ref[torch.Tensor]] = []
+
+    def recording_read_chunk(self: GraphData, *args: object) -> EdgeList:
+        edges = read_chunk(self, *args)
+        as_read.append(weakref.ref(edges.lhs.ids))
+        return edges
+
+    def checking_train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
+        assert as_read and as_read[-1]() is None, "the unshuffled chunk is still held"
+        return train_part(state, task)
+
+    monkeypatch.setattr(GraphData, "read_chunk", recording_read_chunk)
+    monkeypatch.setattr(bucket_trainer, "train_part", checking_train_part)
+    graph = write_planted_graph(tmp_path, 2)
+    summary = train(parse_config(graph.config(workers=1, num_epochs=1)), QUIET)
+    assert summary.edges > 0 and len(as_read) == 4

@@ -29,7 +29,9 @@ def split_holdout(edges: EdgeList, eval_fraction: float,
     """
     num_eval = int(len(edges) * eval_fraction)
     if num_eval == 0:
-        return edges, edges[:0]  # no copy of a bucket's edges for nothing
+        # No copy of the bucket for nothing; the empty part is indexed, not sliced, since a
+        # slice would keep the whole bucket's tensors alive as its base.
+        return edges, edges[torch.empty(0, dtype=torch.long)]
     generator = torch.Generator().manual_seed(stable_seed(seed_key))
     held_out = torch.zeros(len(edges), dtype=torch.bool)
     held_out[torch.randperm(len(edges), generator=generator)[:num_eval]] = True

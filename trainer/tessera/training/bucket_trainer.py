@@ -71,19 +71,14 @@ class BucketTrainer:
 
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
-        bucket = step.bucket
-        edges = self.data.read_chunk(step.edge_path_idx, bucket, step.edge_chunk_idx,
-                                     self.num_chunks)
-        identity = (step.edge_path_idx, step.edge_chunk_idx, bucket.lhs, bucket.rhs)
-        train_edges, eval_edges = split_holdout(edges, self.config.eval_fraction, identity)
-        lhs_keys, rhs_keys = partition_keys(self.data, bucket)
+        lhs_keys, rhs_keys = partition_keys(self.data, step.bucket)
+        seed = stable_seed((step.epoch_idx, *self._identity(step)))
+        parts, eval_edges = self._read_parts(step, seed)
         before = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
-        seed = stable_seed((step.epoch_idx, *identity))
-        shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(seed))
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
                             rhs_keys=rhs_keys, settings=self.settings, seed=seed + rank,
                             delay_seconds=delay_seconds if rank > 0 else 0.0)
-                 for rank, part in enumerate(split_among_workers(shuffled, self.num_workers))]
+                 for rank, part in enumerate(parts)]
         if self.pool is None:
             results = [train_part(self.state, task) for task in tasks]
         else:
@@ -95,6 +90,24 @@ class BucketTrainer:
             regularization=sum(r.regularization for r in results) / max(count, 1),
             seconds=max((r.seconds for r in results), default=0.0),
             eval_before=before, eval_after=after)
+
+    @staticmethod
+    def _identity(step: TrainingStep) -> tuple[int, int, int, int]:
+        """What names a bucket chunk: its held-out edges and shuffles are drawn from it."""
+        return (step.edge_path_idx, step.edge_chunk_idx, step.bucket.lhs, step.bucket.rhs)
+
+    def _read_parts(self, step: TrainingStep, seed: int) -> tuple[list[EdgeList], EdgeList]:
+        """The workers' parts of the chunk's shuffled training edges, and its held-out edges.
+
+        Only the shuffled copy outlives this call: the chunk as read is dropped here rather
+        than held, a second bucket-sized copy, while the workers train.
+        """
+        edges = self.data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx,
+                                     self.num_chunks)
+        train_edges, eval_edges = split_holdout(edges, self.config.eval_fraction,
+                                                self._identity(step))
+        shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(seed))
+        return split_among_workers(shuffled, self.num_workers), eval_edges
 
     def _evaluate(self, edges: EdgeList, partitions: dict[PartitionKey, Partition],
                   lhs_keys: list[PartitionKey], rhs_keys: list[PartitionKey]
