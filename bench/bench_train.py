@@ -18,7 +18,9 @@ to bench/output/.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
+import multiprocessing
 import os
 import pprint
 import re
@@ -31,11 +33,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import h5py
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_graph import GraphFiles, GraphSpec, ensure_graph  # noqa: E402
@@ -202,12 +205,13 @@ class TreeMemorySampler(threading.Thread):
         self.join()
 
 
-def run_measured(command: Sequence[str], log_path: Path) -> Measurement:
-    """Run `command` (output to `log_path`) and measure its wall time and memory."""
+def run_measured(command: Sequence[str], log_path: Path, interval: float = 0.2) -> Measurement:
+    """Run `command` (output to `log_path`) and measure its wall time and memory (sampled
+    every `interval` seconds)."""
     with log_path.open("w") as log:
         started = time.perf_counter()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        sampler = TreeMemorySampler(process.pid)
+        sampler = TreeMemorySampler(process.pid, interval)
         sampler.start()
         # wait4 also gives the kernel's exact peak RSS of the process and its reaped children.
         _, status, usage = os.wait4(process.pid, 0)
@@ -256,6 +260,9 @@ def load_checkpoint(folder: Path, partitions: int) -> tuple[dict[str, int], torc
     Rows are the partitions' embeddings one after the other; the global embedding of the
     type, if the model has one, is added, as both systems do before applying the operator.
     """
+    import h5py
+    import torch
+
     checkpoints = folder / "checkpoints"
     version = int((checkpoints / "checkpoint_version.txt").read_text().strip())
     rows: dict[str, int] = {}
@@ -276,6 +283,8 @@ def load_checkpoint(folder: Path, partitions: int) -> tuple[dict[str, int], torc
 
 def held_out_metrics(folder: Path, partitions: int, held_out: HeldOutSet) -> dict[str, float]:
     """MRR and Hits@10 of dot(head, tail + translation) against the sampled negatives."""
+    import torch
+
     rows, embeddings, translation = load_checkpoint(folder, partitions)
     table = embeddings[torch.tensor([rows[name] for name in held_out.names])]
     ranks = []
@@ -290,6 +299,18 @@ def held_out_metrics(folder: Path, partitions: int, held_out: HeldOutSet) -> dic
         ranks.append(1 + (head_scores > positive).sum(1))
     rank = torch.cat(ranks).double()
     return {"mrr": float((1 / rank).mean()), "hits10": float((rank <= 10).double().mean())}
+
+
+def in_fresh_process(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)`, run in a spawned process that ends with it.
+
+    torch and h5py are loaded there, never in the benchmark's own process: pages of a library
+    it had mapped would be shared with the trainers it measures, and PSS would charge the
+    benchmark for part of them (for Tessera only: PBG loads its own copies).
+    """
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(function, *args).result()
 
 
 # --- the benchmark ----------------------------------------------------------------------
@@ -345,7 +366,7 @@ def train_once(system: System, folder: Path, config: dict[str, Any], graph: Grap
     config_path = system.write_config(folder, config)
     measured = run_measured(system.train_command(config_path), folder / f"train_{repeat}.log")
     try:
-        metrics = held_out_metrics(folder, num_partitions(config), held_out)
+        metrics = in_fresh_process(held_out_metrics, folder, num_partitions(config), held_out)
     except (KeyError, OSError) as error:  # a missing entity or checkpoint file
         raise StepFailed(f"evaluating the checkpoint in {folder}: {error!r}") from error
     return RunResult(system.name, num_partitions(config), import_rate, measured.wall_s,
@@ -442,14 +463,17 @@ def print_results(results: list[RunResult], repeats: int) -> None:
         print_table([table_row([result]) for result in results])
 
 
-def matmul_gflops(size: int = 2048, repeats: int = 5) -> float:
-    """float32 matrix-product throughput of this machine, as a reference for the rates."""
+def matmul_gflops(size: int = 2048, repeats: int = 5) -> tuple[float, int]:
+    """float32 matrix-product throughput of this machine, as a reference for the rates, and
+    the threads torch used."""
+    import torch
+
     a, b = torch.randn(size, size), torch.randn(size, size)
     torch.mm(a, b)  # warm-up
     started = time.perf_counter()
     for _ in range(repeats):
         torch.mm(a, b)
-    return 2 * size ** 3 * repeats / (time.perf_counter() - started) / 1e9
+    return 2 * size ** 3 * repeats / (time.perf_counter() - started) / 1e9, torch.get_num_threads()
 
 
 def flops_per_edge(config: dict[str, Any]) -> int:
@@ -479,17 +503,19 @@ def memory_bound(nodes: int, edges: int, partitions: int, dimension: int) -> int
 FIXED_COST_GRAPH = GraphSpec(edges=200_000, nodes=2_000)
 
 
-def fixed_cost_pss(system: System, partitions: int, lr: float, seed: int) -> int | None:
-    """Peak PSS of one epoch of the same training on FIXED_COST_GRAPH: the part of a run's memory
-    that does not grow with the graph."""
+def fixed_cost_pss(system: System, partitions: int, lr: float, epochs: int,
+                   seed: int) -> int | None:
+    """Peak PSS of the same training on FIXED_COST_GRAPH: the part of a run's memory that
+    does not grow with the graph (as many epochs, so heaps reach their steady size)."""
     spec = GraphSpec(FIXED_COST_GRAPH.edges, FIXED_COST_GRAPH.nodes, seed=seed)
     graph = ensure_graph(spec, OUTPUT / "graphs")
     folder = run_folder(spec.key, system, partitions)
-    config = benchmark_config(folder, partitions, lr, epochs=1)
+    config = benchmark_config(folder, partitions, lr, epochs)
     if attempt(import_graph, system, folder, config, graph, False) is None:
         return None
+    # Sampled more often than the long runs: this run is seconds long, its peaks brief.
     measured = attempt(run_measured, system.train_command(system.write_config(folder, config)),
-                       folder / "train.log")
+                       folder / "train.log", 0.02)
     return measured.peak_tree_pss if measured else None
 
 
@@ -512,7 +538,7 @@ def print_memory_bound(results: list[RunResult], fixed: dict[tuple[str, int], in
             cells += ["-" if value is None else f"{value / GB:.2f}"
                       for value in (peak, base, grown)]
         print("| " + " | ".join(cells) + " |")
-    print(f"(GB; fixed cost: peak PSS of one epoch of the same config on a graph of "
+    print(f"(GB; fixed cost: peak PSS of the same config and epochs on a graph of "
           f"{FIXED_COST_GRAPH.edges:,} edges and {FIXED_COST_GRAPH.nodes:,} nodes.)")
 
 
@@ -573,9 +599,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"generating (or reusing) the graph {spec.key}...", flush=True)
     graph = ensure_graph(spec, OUTPUT / "graphs")
     held_out = HeldOutSet.build(graph, args.eval_negatives, chunk=1000, seed=args.seed)
-    gflops = matmul_gflops()
+    gflops, threads = in_fresh_process(matmul_gflops)
     results = run_benchmark(args, systems, graph, spec.key, held_out)
-    fixed = {(system.name, count): fixed_cost_pss(system, count, args.lr, args.seed)
+    fixed = {(system.name, count): fixed_cost_pss(system, count, args.lr, args.epochs, args.seed)
              for system in systems for count in args.partitions}
     print(f"\nGraph: {graph.num_train:,} training edges, {len(held_out.names):,} nodes, "
           f"{held_out.heads.size:,} held-out test edges; {args.epochs} epochs, lr {args.lr}.")
@@ -585,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> None:
           "test edges, same for both systems), nothing filtered, ties in favour of the "
           "positive; MRR and Hits@10 over both sides.")
     print(f"Machine: {os.cpu_count()} cores; float32 torch.mm 2048x2048 at {gflops:.1f} "
-          f"GFLOP/s with {torch.get_num_threads()} threads.")
+          f"GFLOP/s with {threads} threads.")
     print("Columns: edges/s (whole process) = training edges x epochs / wall time of the train "
           "command; edges/s (training loop) = edges over the compute time of the buckets, as each "
           "trainer times them (Tessera: `seconds` in training_stats.json; PBG: its per-bucket "
