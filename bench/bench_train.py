@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -170,14 +170,55 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def pss_and_rss(pid: int) -> tuple[int, int]:
-    """(PSS, RSS) of one process in bytes; zeros if it is gone."""
+@dataclass
+class ProcessMemory:
+    """One process's memory: PSS outside shared-memory files, RSS, and the resident bytes of
+    each shared-memory file it maps (by inode)."""
+
+    private_pss: int = 0
+    rss: int = 0
+    shared_files: dict[str, int] = field(default_factory=dict)
+
+
+SHARED_MEMORY_FILES = ("/dev/shm/", "/memfd:", "/SYSV")
+MAPPING_LINE = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ (\S+) (\d+)\s*(.*)$")
+
+
+def process_memory(pid: int) -> ProcessMemory:
+    """The process's memory from /proc/PID/smaps; empty if it is gone."""
     try:
-        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        smaps = Path(f"/proc/{pid}/smaps").read_text()
     except OSError:
-        return 0, 0
-    fields = dict(line.split(":", 1) for line in rollup.splitlines()[1:])
-    return (int(fields["Pss"].split()[0]) * 1024, int(fields["Rss"].split()[0]) * 1024)
+        return ProcessMemory()
+    memory, shared_file = ProcessMemory(), None
+    for line in smaps.splitlines():
+        mapping = MAPPING_LINE.match(line)
+        if mapping:
+            device, inode, name = mapping.groups()
+            shared_file = f"{device}:{inode}" if name.startswith(SHARED_MEMORY_FILES) else None
+        elif line.startswith("Rss:"):
+            size = int(line.split()[1]) * 1024
+            memory.rss += size
+            if shared_file:
+                memory.shared_files[shared_file] = memory.shared_files.get(shared_file, 0) + size
+        elif line.startswith("Pss:") and not shared_file:
+            memory.private_pss += int(line.split()[1]) * 1024
+    return memory
+
+
+def tree_memory(processes: list[ProcessMemory]) -> int:
+    """Bytes the tree holds: each process's PSS outside shared-memory files, plus every
+    shared-memory file once, at the most any process of the tree has resident.
+
+    Summing the processes' PSS would count a file being mapped, during a swap, up to once
+    per process: PSS splits a page among the processes mapping it when each is read, and
+    the processes are read one after the other.
+    """
+    largest: dict[str, int] = {}
+    for memory in processes:
+        for key, size in memory.shared_files.items():
+            largest[key] = max(largest.get(key, 0), size)
+    return sum(memory.private_pss for memory in processes) + sum(largest.values())
 
 
 class TreeMemorySampler(threading.Thread):
@@ -196,9 +237,9 @@ class TreeMemorySampler(threading.Thread):
                 return
 
     def sample(self) -> None:
-        sizes = [pss_and_rss(pid) for pid in process_tree(self.root)]
-        self.peak_tree_pss = max(self.peak_tree_pss, sum(pss for pss, _ in sizes))
-        self.largest_rss = max([self.largest_rss, *(rss for _, rss in sizes)])
+        processes = [process_memory(pid) for pid in process_tree(self.root)]
+        self.peak_tree_pss = max(self.peak_tree_pss, tree_memory(processes))
+        self.largest_rss = max([self.largest_rss, *(memory.rss for memory in processes)])
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -551,8 +592,8 @@ def print_comparison(results: list[RunResult], gflops: float, edge_flops: int) -
           "| Tessera / limit |")
     print("|---|---|---|---|---|---|")
     for count in sorted({result.partitions for result in results}):
-        for label, field in (("training loop", "loop_rate"), ("whole process", "process_rate")):
-            rates = {system: median([getattr(r, field) for r in results
+        for label, name in (("training loop", "loop_rate"), ("whole process", "process_rate")):
+            rates = {system: median([getattr(r, name) for r in results
                                      if r.system == system and r.partitions == count])
                      for system in ("Tessera", "PBG")}
             tessera, pbg = rates["Tessera"], rates["PBG"]
@@ -616,7 +657,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           "command; edges/s (training loop) = edges over the compute time of the buckets, as each "
           "trainer times them (Tessera: `seconds` in training_stats.json; PBG: its per-bucket "
           "log lines), loading and checkpoints excluded for both; memory sampled every 0.2 s from "
-          "/proc/PID/smaps_rollup; the import is timed once per system and partition count.")
+          "/proc/PID/smaps (PSS, shared-memory files counted once at their largest resident "
+          "size); the import is timed once per system and partition count.")
     print_results(results, args.repeats)
     config = benchmark_config(OUTPUT, 1, args.lr, args.epochs)
     print_comparison(results, gflops, flops_per_edge(config))
