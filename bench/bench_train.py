@@ -224,7 +224,7 @@ def tree_memory(processes: list[ProcessMemory]) -> int:
 class TreeMemorySampler(threading.Thread):
     """Samples the process tree's memory every `interval` seconds and keeps the maxima."""
 
-    def __init__(self, root: int, interval: float = 0.2) -> None:
+    def __init__(self, root: int, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
         self.root, self.interval = root, interval
         self.peak_tree_pss = self.largest_rss = 0
@@ -246,7 +246,7 @@ class TreeMemorySampler(threading.Thread):
         self.join()
 
 
-def run_measured(command: Sequence[str], log_path: Path, interval: float = 0.2) -> Measurement:
+def run_measured(command: Sequence[str], log_path: Path, interval: float = 0.5) -> Measurement:
     """Run `command` (output to `log_path`) and measure its wall time and memory (sampled
     every `interval` seconds)."""
     with log_path.open("w") as log:
@@ -656,7 +656,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("Columns: edges/s (whole process) = training edges x epochs / wall time of the train "
           "command; edges/s (training loop) = edges over the compute time of the buckets, as each "
           "trainer times them (Tessera: `seconds` in training_stats.json; PBG: its per-bucket "
-          "log lines), loading and checkpoints excluded for both; memory sampled every 0.2 s from "
+          "log lines), loading and checkpoints excluded for both; memory sampled every 0.5 s from "
           "/proc/PID/smaps (PSS, shared-memory files counted once at their largest resident "
           "size); the import is timed once per system and partition count.")
     print_results(results, args.repeats)
