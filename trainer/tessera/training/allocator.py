@@ -44,9 +44,9 @@ def release_freed_memory() -> bool:
     A bucket's temporaries (its edges, their shuffled copies, the batches' tensors) leave
     free pages scattered in the heap, and they add up over a run (a trainer's free heap grew
     from 9 to 34 MB in one epoch of 64 buckets): trimming after each bucket keeps a process's
-    memory at what one bucket needs. It costs milliseconds per
-    bucket (11 ms to hand back 30 MB of scattered blocks, measured), and the next bucket's
-    first batches fault their pages back in.
+    memory at what one bucket needs. It costs milliseconds per bucket (11 ms to hand back
+    30 MB of scattered blocks, measured), and the next bucket's first batches fault their
+    pages back in.
     """
     malloc_trim = _libc_function("malloc_trim")
     if malloc_trim is None:
