@@ -72,8 +72,9 @@ class BucketTrainer:
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = partition_keys(self.data, step.bucket)
-        seed = stable_seed((step.epoch_idx, *self._identity(step)))
-        parts, eval_edges = self._read_parts(step, seed)
+        identity = self._identity(step)
+        seed = stable_seed((step.epoch_idx, *identity))
+        parts, eval_edges = self._read_parts(step, identity, seed)
         before = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
                             rhs_keys=rhs_keys, settings=self.settings, seed=seed + rank,
@@ -96,7 +97,8 @@ class BucketTrainer:
         """What names a bucket chunk: its held-out edges and shuffles are drawn from it."""
         return (step.edge_path_idx, step.edge_chunk_idx, step.bucket.lhs, step.bucket.rhs)
 
-    def _read_parts(self, step: TrainingStep, seed: int) -> tuple[list[EdgeList], EdgeList]:
+    def _read_parts(self, step: TrainingStep, identity: tuple[int, ...],
+                    seed: int) -> tuple[list[EdgeList], EdgeList]:
         """The workers' parts of the chunk's shuffled training edges, and its held-out edges.
 
         Only the shuffled copy outlives this call: the chunk as read is dropped here rather
@@ -104,8 +106,7 @@ class BucketTrainer:
         """
         edges = self.data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx,
                                      self.num_chunks)
-        train_edges, eval_edges = split_holdout(edges, self.config.eval_fraction,
-                                                self._identity(step))
+        train_edges, eval_edges = split_holdout(edges, self.config.eval_fraction, identity)
         shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(seed))
         return split_among_workers(shuffled, self.num_workers), eval_edges
 
