@@ -303,6 +303,184 @@ static PyObject *dense_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* BLAS's single-precision matrix product (Fortran interface, column-major), found at run
+ * time in the library torch itself uses (`use_matrix_product`); NULL until then. */
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
+                         const float *, const float *, const int *, const float *,
+                         const int *, const float *, float *, const int *);
+static sgemm_fn sgemm = NULL;
+/* MKL's MKL_Set_Num_Threads_Local, where the BLAS is MKL: the chunks' products are small
+ * enough that splitting one across threads costs more than it saves. */
+typedef int (*set_threads_fn)(int);
+static set_threads_fn set_blas_threads = NULL;
+
+/* Row-major C[m, n] = A[m, k] B[k, n] + beta C, where `a_t`/`b_t` say that A/B are stored
+ * transposed. A row-major matrix is its transpose in column-major order, so this asks BLAS
+ * for C^T = B^T A^T. */
+static void matmul(int a_t, int b_t, int m, int n, int k, const float *a, int lda,
+                   const float *b, int ldb, float beta, float *c, int ldc) {
+    const float one = 1.0f;
+    if (m == 0 || n == 0) return;
+    if (k == 0) { /* an empty sum: BLAS would refuse the zero leading dimension */
+        if (beta == 0.0f)
+            for (int i = 0; i < m; i++) memset(c + (size_t)i * ldc, 0, sizeof(float) * n);
+        return;
+    }
+    sgemm(b_t ? "T" : "N", a_t ? "T" : "N", &n, &m, &k, &one, b, &ldb, a, &lda, &beta, c,
+          &ldc);
+}
+
+/* The pairs of one positive (threshold = its score - margin, key `pos_key`) with a row of
+ * negatives: writes their score gradients to `grads` (may be `scores`), subtracts theirs
+ * from the positive's and returns the summed violations. */
+static inline float ranking_row(const float *scores, float *grads, const int32_t *keys,
+                                int width, float threshold, int32_t pos_key, float weight,
+                                float *pos_grad) {
+    float loss = 0.0f, grad = 0.0f;
+    for (int m = 0; m < width; m++)
+        RANKING_PAIR(scores[m], keys[m], threshold, pos_key, grads[m], loss, grad);
+    *pos_grad += grad;
+    return loss;
+}
+
+/* One chunk of `ranking_chunks`. Keys are int32 here (table rows: a table has fewer than
+ * 2^31) so that the pair loops vectorise with the floats beside them. `scratch` holds
+ * S * (W_l + X_r + S + 2) floats. */
+VECTOR_CLONES
+static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, int dim,
+                            float margin, float weight, const float *l, const float *r,
+                            float *l_grad, float *r_grad, const int32_t *l_keys,
+                            const int32_t *r_keys, float *scratch) {
+    const int S = size, Wl = size + lhs_extra, Xr = rhs_extra;
+    float *left = scratch;        /* [S, Wl]: right positives . left rows; B = first S cols */
+    float *right = left + S * Wl; /* [S, Xr]: left positives . right extra rows */
+    float *batch_t = right + S * Xr; /* [S, S]: right corruptions' gradient w.r.t. B */
+    float *thresholds = batch_t + S * S, *pos_grad = thresholds + S;
+    const float *r_extra = r + (size_t)S * dim;
+    double loss = 0.0;
+    matmul(0, 1, S, Wl, dim, r, dim, l, dim, 0.0f, left, Wl);
+    matmul(0, 1, S, Xr, dim, l, dim, r_extra, dim, 0.0f, right, Xr);
+    for (int i = 0; i < S; i++) {
+        thresholds[i] = left[i * Wl + i] - margin; /* edge i's score is B's diagonal */
+        pos_grad[i] = 0.0f;
+    }
+    /* Edge i's right side replaced by batch negative j scores B[j, i]: walk B by rows j so
+     * that the inner loop runs along memory. Padding edges (i >= rows) count for nothing. */
+    for (int j = 0; j < S; j++) {
+        const float *scores = left + j * Wl;
+        float *grad = batch_t + j * S, row_loss = 0.0f;
+        int32_t neg_key = r_keys[j];
+        for (int i = 0; i < rows; i++)
+            RANKING_PAIR(scores[i], neg_key, thresholds[i], r_keys[i], grad[i], row_loss,
+                         pos_grad[i]);
+        for (int i = rows; i < S; i++) grad[i] = 0.0f;
+        loss += row_loss;
+    }
+    for (int i = 0; i < rows; i++) { /* the other corruptions, row by row */
+        loss += ranking_row(right + i * Xr, right + i * Xr, r_keys + S, Xr, thresholds[i],
+                            r_keys[i], weight, pos_grad + i);
+        loss += ranking_row(left + i * Wl, left + i * Wl, l_keys, Wl, thresholds[i],
+                            l_keys[i], weight, pos_grad + i);
+    }
+    for (int i = rows; i < S; i++) { /* padding: no loss, no gradient */
+        memset(right + i * Xr, 0, sizeof(float) * Xr);
+        memset(left + i * Wl, 0, sizeof(float) * Wl);
+    }
+    for (int j = 0; j < S; j++) /* B's whole gradient: its left and right corruptions' */
+        for (int i = 0; i < S; i++) left[j * Wl + i] += batch_t[j * S + i];
+    /* Backward: each positive score is the inner product of the edge's two sides. */
+    for (int i = 0; i < S; i++)
+        for (int d = 0; d < dim; d++) {
+            l_grad[i * dim + d] = pos_grad[i] * r[i * dim + d];
+            r_grad[i * dim + d] = pos_grad[i] * l[i * dim + d];
+        }
+    matmul(1, 0, S, dim, S, left, Wl, r, dim, 1.0f, l_grad, dim);       /* += B'^T r_pos */
+    matmul(0, 0, S, dim, Xr, right, Xr, r_extra, dim, 1.0f, l_grad, dim); /* += R' r_extra */
+    matmul(1, 0, Wl - S, dim, S, left + S, Wl, r, dim, 0.0f, l_grad + (size_t)S * dim, dim);
+    matmul(0, 0, S, dim, Wl, left, Wl, l, dim, 1.0f, r_grad, dim);       /* += L' l */
+    matmul(1, 0, Xr, dim, S, right, Xr, l, dim, 0.0f, r_grad + (size_t)S * dim, dim);
+    return loss;
+}
+
+/* Copies `count` keys to int32; -1 with a ValueError set if one does not fit. */
+static int narrow_keys(const int64_t *keys, Py_ssize_t count, int32_t *out) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (keys[k] > INT32_MAX || keys[k] < INT32_MIN) {
+            PyErr_Format(PyExc_ValueError, "entity key %lld does not fit in 32 bits",
+                         (long long)keys[k]);
+            return -1;
+        }
+        out[k] = (int32_t)keys[k];
+    }
+    return 0;
+}
+
+/* ranking_chunks(margin, weight, chunks, size, valid, lhs_extra, rhs_extra, dim, lhs, rhs,
+ *                lhs_grad, rhs_grad, lhs_keys, rhs_keys) */
+static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (expect_args("ranking_chunks", nargs, 14)) return NULL;
+    if (sgemm == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "ranking_chunks needs use_matrix_product first");
+        return NULL;
+    }
+    double margin = PyFloat_AsDouble(args[0]), weight = PyFloat_AsDouble(args[1]);
+    Py_ssize_t v[12];
+    if (PyErr_Occurred() || read_ints(args + 2, 12, v)) return NULL;
+    int chunks = (int)v[0], size = (int)v[1], valid = (int)v[2], lhs_extra = (int)v[3];
+    int rhs_extra = (int)v[4], dim = (int)v[5];
+    const float *lhs = (const float *)v[6], *rhs = (const float *)v[7];
+    float *lhs_grad = (float *)v[8], *rhs_grad = (float *)v[9];
+    const int64_t *lhs_keys = (const int64_t *)v[10], *rhs_keys = (const int64_t *)v[11];
+    int lhs_width = size + lhs_extra, rhs_width = size + rhs_extra;
+    size_t lhs_count = (size_t)chunks * lhs_width, rhs_count = (size_t)chunks * rhs_width;
+    float *scratch = PyMem_RawMalloc(
+        sizeof(float) * (size_t)size * (lhs_width + rhs_extra + size + 2));
+    int32_t *keys = PyMem_RawMalloc(sizeof(int32_t) * (lhs_count + rhs_count));
+    if (!scratch || !keys) {
+        PyMem_RawFree(scratch);
+        PyMem_RawFree(keys);
+        return PyErr_NoMemory();
+    }
+    if (narrow_keys(lhs_keys, lhs_count, keys) ||
+        narrow_keys(rhs_keys, rhs_count, keys + lhs_count)) {
+        PyMem_RawFree(scratch);
+        PyMem_RawFree(keys);
+        return NULL;
+    }
+    double loss = 0.0;
+    Py_BEGIN_ALLOW_THREADS
+    int threads = set_blas_threads ? set_blas_threads(1) : 0; /* this thread's setting */
+    for (int c = 0; c < chunks; c++) {
+        int rows = valid - c * size;
+        rows = rows < 0 ? 0 : rows > size ? size : rows;
+        size_t l_at = (size_t)c * lhs_width, r_at = (size_t)c * rhs_width;
+        loss += ranking_chunk(size, rows, lhs_extra, rhs_extra, dim, (float)margin,
+                              (float)weight, lhs + l_at * dim, rhs + r_at * dim,
+                              lhs_grad + l_at * dim, rhs_grad + r_at * dim, keys + l_at,
+                              keys + lhs_count + r_at, scratch);
+    }
+    if (set_blas_threads) set_blas_threads(threads);
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(scratch);
+    PyMem_RawFree(keys);
+    return PyFloat_FromDouble(loss * weight);
+}
+
+/* use_matrix_product(sgemm_address, set_threads_address or 0): the BLAS functions
+ * ranking_chunks calls. */
+static PyObject *use_matrix_product(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (expect_args("use_matrix_product", nargs, 2)) return NULL;
+    Py_ssize_t v[2];
+    if (read_ints(args, 2, v)) return NULL;
+    if (v[0] == 0) {
+        PyErr_SetString(PyExc_ValueError, "use_matrix_product needs sgemm_'s address");
+        return NULL;
+    }
+    sgemm = (sgemm_fn)v[0];
+    set_blas_threads = (set_threads_fn)v[1];
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"dense_adagrad", (PyCFunction)(void (*)(void))dense_adagrad, METH_FASTCALL,
      "Adagrad step of a small dense parameter, one accumulator per element."},
@@ -310,8 +488,12 @@ static PyMethodDef methods[] = {
      "Rows of a table copied out in the order named, with prefetch."},
     {"ranking_loss", (PyCFunction)(void (*)(void))ranking_loss, METH_FASTCALL,
      "Masked ranking loss of one side's negatives and its score gradients, in one pass."},
+    {"ranking_chunks", (PyCFunction)(void (*)(void))ranking_chunks, METH_FASTCALL,
+     "Scores, ranking loss and embedding gradients of a batch, chunk by chunk."},
     {"row_adagrad", (PyCFunction)(void (*)(void))row_adagrad, METH_FASTCALL,
      "Row-wise Adagrad step on the rows a batch touched, repeats summed."},
+    {"use_matrix_product", (PyCFunction)(void (*)(void))use_matrix_product, METH_FASTCALL,
+     "Sets the BLAS functions (by address) that ranking_chunks calls."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

@@ -2,13 +2,16 @@
 
 The extension is built at install time when a C compiler is present. Without it, or with
 `TESSERA_KERNELS=0` in the environment, `AVAILABLE` is False and the callers use their torch
-code, which computes the same thing (the tests hold the two equal).
+code, which computes the same thing (the tests hold the two equal). `ranking_chunks` also
+needs the BLAS matrix product torch is built with (`CHUNKED`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -18,6 +21,33 @@ except ImportError:  # built without a C compiler
     _kernels = None
 
 AVAILABLE = _kernels is not None and os.environ.get("TESSERA_KERNELS", "1") != "0"
+
+
+def _torch_blas() -> tuple[int, int] | None:
+    """The addresses of BLAS's `sgemm_` in torch's CPU library (MKL in torch's x86 builds)
+    and of MKL's `MKL_Set_Num_Threads_Local` (0 where the BLAS is not MKL); None where the
+    library exports no `sgemm_`."""
+    for library in sorted((Path(torch.__file__).parent / "lib").glob("libtorch_cpu.*")):
+        try:
+            blas = ctypes.CDLL(str(library))
+        except OSError:
+            continue
+        sgemm, set_threads = (getattr(blas, name, None)
+                              for name in ("sgemm_", "MKL_Set_Num_Threads_Local"))
+        if sgemm is not None:
+            return _address(sgemm), _address(set_threads) if set_threads else 0
+    return None
+
+
+def _address(function: ctypes._CFuncPtr) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value or 0
+
+
+_BLAS = _torch_blas() if _kernels is not None else None
+if _BLAS is not None:
+    _kernels.use_matrix_product(*_BLAS)
+# Whether `ranking_chunks` can run (when AVAILABLE too).
+CHUNKED = _BLAS is not None
 
 
 def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> None:
@@ -72,6 +102,41 @@ def ranking_loss(margin: float, weight: float, num_edges: int, pos_scores: torch
         float(margin), float(weight),
         chunks, size, num_edges, pos_scores.data_ptr(), *pos_scores.stride(),
         pos_keys.data_ptr(), *pos_keys.stride(), pos_grad.data_ptr(), *block_args, *widths)
+
+
+def ranking_chunks(margin: float, weight: float, num_edges: int, lhs: torch.Tensor,
+                   rhs: torch.Tensor, lhs_grad: torch.Tensor, rhs_grad: torch.Tensor,
+                   lhs_keys: torch.Tensor, rhs_keys: torch.Tensor, num_pos: int) -> float:
+    """The ranking loss of a batch whose two sides both use batch negatives, and its
+    gradients w.r.t. both sides' prepared embeddings, one chunk at a time so that a chunk's
+    scores and gradients stay in cache from the first matrix product to the last.
+
+    Each side is [C, S + X, d] (contiguous): a chunk's S positives, then its X extra
+    negatives; keys [C, S + X] name them (negative: padding). Returns the loss times
+    `weight`; writes `lhs_grad`/`rhs_grad` (shaped like the sides). Same result as
+    `closed_form.score_gradients` with a `RankingLoss`."""
+    for tensor, dtype, name in ((lhs, torch.float32, "lhs"), (rhs, torch.float32, "rhs"),
+                                (lhs_grad, torch.float32, "lhs_grad"),
+                                (rhs_grad, torch.float32, "rhs_grad")):
+        _expect(tensor, dtype, 3, name)
+    _expect(lhs_keys, torch.int64, 2, "lhs_keys")
+    _expect(rhs_keys, torch.int64, 2, "rhs_keys")
+    chunks, lhs_width, dim = lhs.shape
+    rhs_width = rhs.shape[1]
+    if not (lhs_grad.shape == lhs.shape and rhs_grad.shape == rhs.shape
+            and rhs.shape[::2] == (chunks, dim) and lhs_keys.shape == lhs.shape[:2]
+            and rhs_keys.shape == rhs.shape[:2] and num_pos <= min(lhs_width, rhs_width)
+            and num_edges <= chunks * num_pos):
+        raise ValueError(f"sides {tuple(lhs.shape)} and {tuple(rhs.shape)}, gradients "
+                         f"{tuple(lhs_grad.shape)} and {tuple(rhs_grad.shape)}, keys "
+                         f"{tuple(lhs_keys.shape)} and {tuple(rhs_keys.shape)} do not make "
+                         f"{num_edges} edges in chunks of {num_pos}")
+    tensors = (lhs, rhs, lhs_grad, rhs_grad, lhs_keys, rhs_keys)
+    if not all(tensor.is_contiguous() for tensor in tensors):
+        raise ValueError("ranking_chunks needs contiguous tensors")
+    return _kernels.ranking_chunks(
+        float(margin), float(weight), chunks, num_pos, num_edges, lhs_width - num_pos,
+        rhs_width - num_pos, dim, *(tensor.data_ptr() for tensor in tensors))
 
 
 def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,

@@ -3,12 +3,15 @@
 Each case scores one random batch twice from the same seed: through `EmbeddingModel.forward`
 and `backward()` (the reference), and through `closed_form_gradients`. The loss, every table
 row's summed gradient and every parameter's gradient must agree. Every case runs twice: with
-the compiled kernels (`tessera._kernels`) and with the torch code they replace.
+the compiled kernels (`tessera._kernels`) on one thread, as a Hogwild worker runs them (so
+that PBG's default setup takes `kernels.ranking_chunks`), and with the torch code they
+replace.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,11 +29,15 @@ DIM = 6
 
 
 @pytest.fixture(autouse=True, params=["kernels", "torch"])
-def fast_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def fast_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+              ) -> Iterator[str]:
     if request.param == "kernels" and not kernels.AVAILABLE:
         pytest.skip("tessera._kernels is not built")
     monkeypatch.setattr(kernels, "AVAILABLE", request.param == "kernels")
-    return request.param
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if request.param == "kernels" else threads)
+    yield request.param
+    torch.set_num_threads(threads)
 
 
 def random_model(make_config, operator: str = "translation", **overrides: Any
@@ -180,3 +187,26 @@ def test_batch_gradients_takes_either_path_with_the_same_result(make_config) -> 
     (biased_loss, biased_rows), (plain_loss, plain_rows) = results
     assert biased_loss == pytest.approx(plain_loss, rel=1e-6)
     torch.testing.assert_close(biased_rows[:, 1:], plain_rows[:, 1:])
+
+
+@pytest.mark.parametrize(("loss", "counts", "threads", "chunked"), [
+    ("ranking", {"num_batch_negs": 3, "num_uniform_negs": 2}, 1, True),
+    ("ranking", {"num_batch_negs": 3, "num_uniform_negs": 0}, 1, True),
+    ("ranking", {"num_batch_negs": 3, "num_uniform_negs": 2}, 2, False),  # torch splits
+    ("ranking", {"num_batch_negs": 0, "num_uniform_negs": 2}, 1, False),  # no batch block
+    ("softmax", {"num_batch_negs": 3, "num_uniform_negs": 2}, 1, False),
+])
+def test_ranking_with_batch_negatives_on_one_thread_scores_chunk_by_chunk(
+        make_config, monkeypatch: pytest.MonkeyPatch, fast_path: str, loss: str,
+        counts: dict[str, int], threads: int, chunked: bool) -> None:
+    if fast_path == "kernels" and not kernels.CHUNKED:
+        pytest.skip("torch's CPU library exports no BLAS sgemm_ here")
+    calls = []
+    monkeypatch.setattr(kernels, "ranking_chunks",
+                        lambda *args: calls.append(args) or 0.0)  # records, computes nothing
+    torch.set_num_threads(threads)
+    model = random_model(make_config, loss_fn=loss)
+    table = torch.randn(9, DIM, generator=torch.Generator().manual_seed(6))
+    closed_form_gradients(model, random_edges(11, 9, 9), table, table,
+                          generator=torch.Generator().manual_seed(5), **counts)
+    assert len(calls) == (chunked and fast_path == "kernels")

@@ -182,10 +182,17 @@ def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_f
     """The loss of both sides' corruptions; its gradients w.r.t. both sides' embeddings go
     to their `grad`."""
     size = chunking.chunk_size
+    shared = lhs.layout.use_batch and rhs.layout.use_batch
+    if shared and isinstance(loss_fn, RankingLoss) and kernels.AVAILABLE and kernels.CHUNKED \
+            and torch.get_num_threads() == 1:
+        # PBG's default setup: the same steps as below, compiled, one chunk at a time, on
+        # one thread (a Hogwild worker's; with more, torch splits the products below).
+        return kernels.ranking_chunks(
+            loss_fn.margin, weight, chunking.num_edges, lhs.embs, rhs.embs, lhs.grad,
+            rhs.grad, lhs.layout.keys.contiguous(), rhs.layout.keys.contiguous(), size)
     lhs_scores = torch.bmm(rhs.pos, lhs.negatives.transpose(1, 2))
     pos_scores = positive_scores(lhs, rhs, lhs_scores)
     pos_grad = pos_scores.new_zeros(pos_scores.shape)
-    shared = lhs.layout.use_batch and rhs.layout.use_batch
     if shared:  # the right side's batch block is the left's B, transposed
         batch_block = lhs_scores[:, :, :size]
         rhs_extra = torch.bmm(lhs.pos, rhs.embs[:, size:].transpose(1, 2))
