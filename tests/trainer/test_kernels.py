@@ -90,6 +90,31 @@ def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
                              [(scores, scores, torch.zeros(2, 5).long())], torch.zeros(2, 3))
 
 
+def test_ranking_chunks_refuses_sides_that_do_not_make_the_batch(needs_kernels) -> None:
+    if not kernels.CHUNKED:
+        pytest.skip("torch's CPU library exports no BLAS sgemm_ here")
+    lhs, rhs = torch.zeros(2, 5, 4), torch.zeros(2, 5, 4)  # 2 chunks of 3 edges + 2 extras
+    keys, sums = torch.arange(10).view(2, 5), torch.full((2, 4), 7.0)
+
+    def ranking(num_edges: int, rhs: torch.Tensor = rhs, lhs_keys: torch.Tensor = keys,
+                weight: float = 1.0) -> float:
+        return kernels.ranking_chunks(0.1, weight, num_edges, lhs, rhs, lhs.clone(),
+                                      rhs.clone(), lhs_keys, keys, 3, sums)
+
+    with pytest.raises(ValueError, match="do not make 7 edges in chunks of 3"):
+        ranking(7)
+    with pytest.raises(ValueError, match="do not make 6 edges"):  # one side's dimension
+        ranking(6, rhs=torch.zeros(2, 5, 3))
+    with pytest.raises(ValueError, match="contiguous"):
+        ranking(6, lhs_keys=keys.t().contiguous().t())
+    with pytest.raises(ValueError, match="entity key 4294967296 does not fit in 32 bits"):
+        ranking(6, lhs_keys=keys + 2**32)
+    assert bool((sums == 7.0).all())  # nothing written before the checks pass
+    # All scores 0: every unmasked negative violates the margin by 0.1 (its own key masked).
+    assert ranking(6, weight=2.0) == pytest.approx(2.0 * 0.1 * 6 * (4 + 4))
+    assert bool((sums == 0).all())  # zero embeddings: zero gradients
+
+
 def test_gather_copies_the_rows_named_in_order_repeats_included(needs_kernels) -> None:
     table = torch.randn(1000, 37)  # rows of 37 floats: not a whole number of cache lines
     rows = torch.cat([torch.randint(1000, (500,)), torch.tensor([7, 7, 999, 0])])

@@ -1,21 +1,25 @@
 /* Fused loops of the training step that eager PyTorch runs as many passes over memory.
  *
- * The first two replace a chain of small tensor operations whose cost is dominated by
- * reading and writing the same few hundred kilobytes again and again; the third is a plain
- * row copy that asks for the (random) rows of a large table ahead of time; the last replaces
- * five tensor operations whose per-call overhead outweighs a few hundred floats of work:
- *
+ *   ranking_chunks scores a batch in PBG's default setup (ranking loss, batch negatives on
+ *                  both sides) one chunk at a time: the chunk's matrix products, its loss
+ *                  and both sides' embedding gradients, while its few hundred kilobytes of
+ *                  scores and gradients stay in cache (eager torch streams the whole
+ *                  batch's megabytes through memory once per operation);
  *   ranking_loss   masks a side's negative scores, evaluates the ranking loss and writes its
- *                  gradients w.r.t. the positive and negative scores, in one pass;
+ *                  gradients w.r.t. the positive and negative scores, in one pass (the
+ *                  other setups' ranking loss);
  *   row_adagrad    sums the gradients of repeated rows and applies row-wise Adagrad to an
  *                  embedding table and its accumulators, one pass per touched row;
- *   gather         copies the rows a batch names out of an embedding table;
- *   dense_adagrad  steps a small dense parameter (operators, global embeddings).
+ *   gather         copies the rows a batch names out of an embedding table, asking for the
+ *                  (random) rows of a large table ahead of time;
+ *   dense_adagrad  steps a small dense parameter (operators, global embeddings): one call
+ *                  instead of five tensor operations whose overhead outweighs the work.
  *
  * Tensors arrive as addresses and element strides (the Python side, `tessera.kernels`,
- * checks dtypes and shapes), so this file needs no PyTorch headers and builds in a second.
- * The torch code in `tessera.model.losses` and `tessera.training.optimizers` is the
- * reference: the tests hold both equal.
+ * checks dtypes and shapes), so this file needs no PyTorch headers and builds in a second;
+ * the matrix products call the BLAS torch is built with, found at run time. The torch code
+ * in `tessera.model.closed_form`, `tessera.model.losses` and `tessera.training.optimizers`
+ * is the reference: the tests hold both equal.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -343,6 +347,12 @@ static inline float ranking_row(const float *scores, float *grads, const int32_t
     return loss;
 }
 
+/* sum[d] += rows[k, d] for each of `count` rows. */
+static inline void add_rows(const float *rows, int count, int dim, float *sum) {
+    for (int k = 0; k < count; k++)
+        for (int d = 0; d < dim; d++) sum[d] += rows[(size_t)k * dim + d];
+}
+
 /* One chunk of `ranking_chunks`. Keys are int32 here (table rows: a table has fewer than
  * 2^31) so that the pair loops vectorise with the floats beside them. `scratch` holds
  * S * (W_l + X_r + S + 2) floats. */
@@ -350,7 +360,8 @@ VECTOR_CLONES
 static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, int dim,
                             float margin, float weight, const float *l, const float *r,
                             float *l_grad, float *r_grad, const int32_t *l_keys,
-                            const int32_t *r_keys, float *scratch) {
+                            const int32_t *r_keys, float *scratch, float *l_grad_sum,
+                            float *r_grad_sum) {
     const int S = size, Wl = size + lhs_extra, Xr = rhs_extra;
     float *left = scratch;        /* [S, Wl]: right positives . left rows; B = first S cols */
     float *right = left + S * Wl; /* [S, Xr]: left positives . right extra rows */
@@ -399,6 +410,8 @@ static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, in
     matmul(1, 0, Wl - S, dim, S, left + S, Wl, r, dim, 0.0f, l_grad + (size_t)S * dim, dim);
     matmul(0, 0, S, dim, Wl, left, Wl, l, dim, 1.0f, r_grad, dim);       /* += L' l */
     matmul(1, 0, Xr, dim, S, right, Xr, l, dim, 0.0f, r_grad + (size_t)S * dim, dim);
+    add_rows(l_grad, Wl, dim, l_grad_sum); /* while they are in cache */
+    add_rows(r_grad, S + Xr, dim, r_grad_sum);
     return loss;
 }
 
@@ -416,21 +429,22 @@ static int narrow_keys(const int64_t *keys, Py_ssize_t count, int32_t *out) {
 }
 
 /* ranking_chunks(margin, weight, chunks, size, valid, lhs_extra, rhs_extra, dim, lhs, rhs,
- *                lhs_grad, rhs_grad, lhs_keys, rhs_keys) */
+ *                lhs_grad, rhs_grad, lhs_keys, rhs_keys, grad_sums) */
 static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (expect_args("ranking_chunks", nargs, 14)) return NULL;
+    if (expect_args("ranking_chunks", nargs, 15)) return NULL;
     if (sgemm == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ranking_chunks needs use_matrix_product first");
         return NULL;
     }
     double margin = PyFloat_AsDouble(args[0]), weight = PyFloat_AsDouble(args[1]);
-    Py_ssize_t v[12];
-    if (PyErr_Occurred() || read_ints(args + 2, 12, v)) return NULL;
+    Py_ssize_t v[13];
+    if (PyErr_Occurred() || read_ints(args + 2, 13, v)) return NULL;
     int chunks = (int)v[0], size = (int)v[1], valid = (int)v[2], lhs_extra = (int)v[3];
     int rhs_extra = (int)v[4], dim = (int)v[5];
     const float *lhs = (const float *)v[6], *rhs = (const float *)v[7];
     float *lhs_grad = (float *)v[8], *rhs_grad = (float *)v[9];
     const int64_t *lhs_keys = (const int64_t *)v[10], *rhs_keys = (const int64_t *)v[11];
+    float *grad_sums = (float *)v[12]; /* [2, dim]: the rows of lhs_grad, of rhs_grad */
     int lhs_width = size + lhs_extra, rhs_width = size + rhs_extra;
     size_t lhs_count = (size_t)chunks * lhs_width, rhs_count = (size_t)chunks * rhs_width;
     float *scratch = PyMem_RawMalloc(
@@ -450,6 +464,7 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
     double loss = 0.0;
     Py_BEGIN_ALLOW_THREADS
     int threads = set_blas_threads ? set_blas_threads(1) : 0; /* this thread's setting */
+    memset(grad_sums, 0, sizeof(float) * 2 * dim);
     for (int c = 0; c < chunks; c++) {
         int rows = valid - c * size;
         rows = rows < 0 ? 0 : rows > size ? size : rows;
@@ -457,7 +472,8 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
         loss += ranking_chunk(size, rows, lhs_extra, rhs_extra, dim, (float)margin,
                               (float)weight, lhs + l_at * dim, rhs + r_at * dim,
                               lhs_grad + l_at * dim, rhs_grad + r_at * dim, keys + l_at,
-                              keys + lhs_count + r_at, scratch);
+                              keys + lhs_count + r_at, scratch, grad_sums,
+                              grad_sums + dim);
     }
     if (set_blas_threads) set_blas_threads(threads);
     Py_END_ALLOW_THREADS

@@ -106,32 +106,36 @@ def ranking_loss(margin: float, weight: float, num_edges: int, pos_scores: torch
 
 def ranking_chunks(margin: float, weight: float, num_edges: int, lhs: torch.Tensor,
                    rhs: torch.Tensor, lhs_grad: torch.Tensor, rhs_grad: torch.Tensor,
-                   lhs_keys: torch.Tensor, rhs_keys: torch.Tensor, num_pos: int) -> float:
+                   lhs_keys: torch.Tensor, rhs_keys: torch.Tensor, num_pos: int,
+                   grad_sums: torch.Tensor) -> float:
     """The ranking loss of a batch whose two sides both use batch negatives, and its
     gradients w.r.t. both sides' prepared embeddings, one chunk at a time so that a chunk's
     scores and gradients stay in cache from the first matrix product to the last.
 
     Each side is [C, S + X, d] (contiguous): a chunk's S positives, then its X extra
     negatives; keys [C, S + X] name them (negative: padding). Returns the loss times
-    `weight`; writes `lhs_grad`/`rhs_grad` (shaped like the sides). Same result as
-    `closed_form.score_gradients` with a `RankingLoss`."""
+    `weight`; writes `lhs_grad`/`rhs_grad` (shaped like the sides) and the sums of their
+    rows to `grad_sums` [2, d] (what a shared shift's gradient needs, free while the rows
+    are in cache). Same result as `closed_form.score_gradients` with a `RankingLoss`."""
     for tensor, dtype, name in ((lhs, torch.float32, "lhs"), (rhs, torch.float32, "rhs"),
                                 (lhs_grad, torch.float32, "lhs_grad"),
                                 (rhs_grad, torch.float32, "rhs_grad")):
         _expect(tensor, dtype, 3, name)
     _expect(lhs_keys, torch.int64, 2, "lhs_keys")
     _expect(rhs_keys, torch.int64, 2, "rhs_keys")
+    _expect(grad_sums, torch.float32, 2, "grad_sums")
     chunks, lhs_width, dim = lhs.shape
     rhs_width = rhs.shape[1]
     if not (lhs_grad.shape == lhs.shape and rhs_grad.shape == rhs.shape
             and rhs.shape[::2] == (chunks, dim) and lhs_keys.shape == lhs.shape[:2]
             and rhs_keys.shape == rhs.shape[:2] and num_pos <= min(lhs_width, rhs_width)
-            and num_edges <= chunks * num_pos):
+            and num_edges <= chunks * num_pos and grad_sums.shape == (2, dim)):
         raise ValueError(f"sides {tuple(lhs.shape)} and {tuple(rhs.shape)}, gradients "
                          f"{tuple(lhs_grad.shape)} and {tuple(rhs_grad.shape)}, keys "
-                         f"{tuple(lhs_keys.shape)} and {tuple(rhs_keys.shape)} do not make "
-                         f"{num_edges} edges in chunks of {num_pos}")
-    tensors = (lhs, rhs, lhs_grad, rhs_grad, lhs_keys, rhs_keys)
+                         f"{tuple(lhs_keys.shape)} and {tuple(rhs_keys.shape)}, sums "
+                         f"{tuple(grad_sums.shape)} do not make {num_edges} edges in chunks "
+                         f"of {num_pos}")
+    tensors = (lhs, rhs, lhs_grad, rhs_grad, lhs_keys, rhs_keys, grad_sums)
     if not all(tensor.is_contiguous() for tensor in tensors):
         raise ValueError("ranking_chunks needs contiguous tensors")
     return _kernels.ranking_chunks(

@@ -74,12 +74,12 @@ def closed_form_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: tor
     else:
         lhs_grad, rhs_grad = grads
     lhs_grad, rhs_grad = lhs_grad.view_as(gathered[0][0]), rhs_grad.view_as(gathered[1][0])
-    loss = score_gradients(
+    loss, grad_sums = score_gradients(
         plan.chunking, ScoredSide(lhs, lhs_pipeline.forward(gathered[0][0]), lhs_grad),
         ScoredSide(rhs, rhs_pipeline.forward(gathered[1][0]), rhs_grad), model.loss_fn,
         relation.weight)
-    lhs_pipeline.backward(lhs_grad)
-    rhs_pipeline.backward(rhs_grad)
+    lhs_pipeline.backward(lhs_grad, None if grad_sums is None else grad_sums[0])
+    rhs_pipeline.backward(rhs_grad, None if grad_sums is None else grad_sums[1])
     return loss, [RowGradients(t.table, t.rows, g) for t, g in zip(touched, grads)]
 
 
@@ -164,13 +164,15 @@ class SidePipeline:
         self.prepared = self.comparator.prepare(self.transformed)
         return self.prepared
 
-    def backward(self, grad: torch.Tensor) -> None:
-        """Turn `grad`, w.r.t. what `forward` returned, into the rows' gradient, in place."""
+    def backward(self, grad: torch.Tensor, grad_sum: torch.Tensor | None = None) -> None:
+        """Turn `grad`, w.r.t. what `forward` returned, into the rows' gradient, in place.
+        `grad_sum`: the sum of `grad`'s rows, where the scorer computed it."""
         rows_grad = self.comparator.prepare_vjp(self.transformed, self.prepared, grad)
         if self.operator is not None:
             rows_grad = self.operator.vjp(self.embs, rows_grad)
         if self.shifts:
-            shift_grad = summed_over_rows(rows_grad)
+            shift_grad = grad_sum if grad_sum is not None and rows_grad is grad \
+                else summed_over_rows(rows_grad)
             for index, shift in enumerate(self.shifts):  # each parameter its own gradient
                 accumulate_grad(shift, shift_grad if index == 0 else shift_grad.clone())
         if rows_grad is not grad:  # most steps of the common case pass gradients unchanged
@@ -178,18 +180,22 @@ class SidePipeline:
 
 
 def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_fn: Loss,
-                    weight: float) -> float:
+                    weight: float) -> tuple[float, torch.Tensor | None]:
     """The loss of both sides' corruptions; its gradients w.r.t. both sides' embeddings go
-    to their `grad`."""
+    to their `grad`. Also the sums of both `grad`s' rows [2, d] where computed on the way
+    (the compiled path), else None."""
     size = chunking.chunk_size
     shared = lhs.layout.use_batch and rhs.layout.use_batch
     if shared and isinstance(loss_fn, RankingLoss) and kernels.AVAILABLE and kernels.CHUNKED \
             and torch.get_num_threads() == 1:
         # PBG's default setup: the same steps as below, compiled, one chunk at a time, on
         # one thread (a Hogwild worker's; with more, torch splits the products below).
-        return kernels.ranking_chunks(
+        grad_sums = lhs.embs.new_empty((2, lhs.embs.shape[2]))
+        loss = kernels.ranking_chunks(
             loss_fn.margin, weight, chunking.num_edges, lhs.embs, rhs.embs, lhs.grad,
-            rhs.grad, lhs.layout.keys.contiguous(), rhs.layout.keys.contiguous(), size)
+            rhs.grad, lhs.layout.keys.contiguous(), rhs.layout.keys.contiguous(), size,
+            grad_sums)
+        return loss, grad_sums
     lhs_scores = torch.bmm(rhs.pos, lhs.negatives.transpose(1, 2))
     pos_scores = positive_scores(lhs, rhs, lhs_scores)
     pos_grad = pos_scores.new_zeros(pos_scores.shape)
@@ -223,7 +229,7 @@ def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_f
     pos_grad = pos_grad.unsqueeze(2)
     write_gradient(lhs, pos_grad * rhs.pos, lhs_queries, *lhs_negs, rhs.pos)
     write_gradient(rhs, pos_grad * lhs.pos, [(lhs_scores, lhs.negatives)], *rhs_negs, lhs.pos)
-    return lhs_loss + rhs_loss
+    return lhs_loss + rhs_loss, None
 
 
 def positive_scores(lhs: ScoredSide, rhs: ScoredSide, lhs_scores: torch.Tensor
