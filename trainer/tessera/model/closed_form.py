@@ -70,7 +70,7 @@ def closed_form_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: tor
                                 cast(Operator, model.rhs_operators[plan.relation_index]))
     grads = [torch.empty_like(t.embeddings) for t in touched]  # in the order gathered
     if len(grads) == 1:  # both sides read one table: the left side's rows, then the right's
-        lhs_grad, rhs_grad = grads[0].split([lhs.rows.numel(), rhs.rows.numel()])
+        lhs_grad, rhs_grad = grads[0].split_with_sizes([lhs.rows.numel(), rhs.rows.numel()])
     else:
         lhs_grad, rhs_grad = grads
     lhs_grad, rhs_grad = lhs_grad.view_as(gathered[0][0]), rhs_grad.view_as(gathered[1][0])

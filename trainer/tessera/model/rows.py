@@ -72,7 +72,7 @@ def gather_rows(requests: Sequence[Request], max_norm: float | None = None, *,
         rows = torch.cat([i.reshape(-1) for i in ids]) if len(ids) > 1 else ids[0].reshape(-1)
         leaf = _leaf(table, rows, max_norm, training)
         touched.append(TouchedRows(table=table, rows=rows, embeddings=leaf))
-        embeddings = iter(leaf.split([i.numel() for i in ids]))
+        embeddings = iter(leaf.split_with_sizes([i.numel() for i in ids]))
         for i in mine:
             gathered[i] = [next(embeddings).view(*requested.shape, leaf.shape[1])
                            for requested in requests[i][1]]

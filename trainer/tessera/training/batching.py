@@ -86,5 +86,7 @@ def _single_relation_batches(edges: EdgeList, batch_size: int,
 def _draw_in_proportion(weights: list[int], generator: torch.Generator) -> int:
     """An index drawn with probability proportional to its weight; in plain Python, since
     this runs once per batch and torch.multinomial costs a noticeable share of one."""
+    if len(weights) == 1:  # one relation type: nothing to draw
+        return 0
     point = float(torch.rand((), generator=generator, dtype=torch.float64)) * sum(weights)
     return bisect.bisect_right(list(itertools.accumulate(weights)), point)
