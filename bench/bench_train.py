@@ -400,12 +400,18 @@ def import_graph(system: System, folder: Path, config: dict[str, Any], graph: Gr
     return rate
 
 
+def from_scratch(system: System, folder: Path, config: dict[str, Any]) -> list[str]:
+    """The train command of `config` in `folder`, with no checkpoint left to resume from (a
+    finished one would make the run exit at once)."""
+    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
+    return system.train_command(system.write_config(folder, config))
+
+
 def train_once(system: System, folder: Path, config: dict[str, Any], graph: GraphFiles,
                held_out: HeldOutSet, repeat: int, import_rate: float) -> RunResult:
     """Train from scratch, then evaluate the final checkpoint."""
-    shutil.rmtree(folder / "checkpoints", ignore_errors=True)
-    config_path = system.write_config(folder, config)
-    measured = run_measured(system.train_command(config_path), folder / f"train_{repeat}.log")
+    measured = run_measured(from_scratch(system, folder, config),
+                            folder / f"train_{repeat}.log")
     try:
         metrics = in_fresh_process(held_out_metrics, folder, num_partitions(config), held_out)
     except (KeyError, OSError) as error:  # a missing entity or checkpoint file
@@ -556,7 +562,7 @@ def fixed_cost_pss(system: System, partitions: int, lr: float, epochs: int,
     if attempt(import_graph, system, folder, config, graph, True) is None:
         return None
     # Sampled more often than the long runs: this run is seconds long, its peaks brief.
-    measured = attempt(run_measured, system.train_command(system.write_config(folder, config)),
+    measured = attempt(run_measured, from_scratch(system, folder, config),
                        folder / "train.log", 0.02)
     return measured.peak_tree_pss if measured else None
 

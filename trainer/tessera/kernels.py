@@ -35,11 +35,11 @@ def _torch_blas() -> tuple[int, int] | None:
         sgemm, set_threads = (getattr(blas, name, None)
                               for name in ("sgemm_", "MKL_Set_Num_Threads_Local"))
         if sgemm is not None:
-            return _address(sgemm), _address(set_threads) if set_threads else 0
+            return _address(sgemm), (_address(set_threads) if set_threads else 0)
     return None
 
 
-def _address(function: ctypes._CFuncPtr) -> int:
+def _address(function: object) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value or 0
 
 
