@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from typing import Any
 
 # glibc mallopt parameters, and the values workers use (see `keep_freed_memory`).
@@ -18,6 +19,7 @@ MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # the largest glibc accepts
 TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 
+@functools.cache  # find_library runs `ldconfig -p`: not once per bucket in every process
 def _libc_function(name: str) -> Any:
     try:
         return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
