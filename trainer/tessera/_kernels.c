@@ -399,7 +399,8 @@ static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, in
     }
     for (int j = 0; j < S; j++) /* B's whole gradient: its left and right corruptions' */
         for (int i = 0; i < S; i++) left[j * Wl + i] += batch_t[j * S + i];
-    /* Backward: each positive score is the inner product of the edge's two sides. */
+    /* Backward. L', R', B': the score gradients, written over the scores. Each positive
+     * score is the inner product of the edge's two sides. */
     for (int i = 0; i < S; i++)
         for (int d = 0; d < dim; d++) {
             l_grad[i * dim + d] = pos_grad[i] * r[i * dim + d];
