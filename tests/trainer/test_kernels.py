@@ -8,6 +8,8 @@ directly.
 from __future__ import annotations
 
 import os
+import platform
+import sys
 
 import pytest
 import torch
@@ -21,6 +23,15 @@ def test_the_extension_is_built_where_a_compiler_was_found() -> None:
     if os.environ.get("TESSERA_KERNELS") == "0":
         pytest.skip("kernels switched off by TESSERA_KERNELS=0")
     assert kernels.AVAILABLE
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.machine() != "x86_64",
+                    reason="torch's Linux x86-64 wheels are the ones that ship MKL")
+def test_the_chunked_path_finds_torch_blas_where_torch_ships_mkl() -> None:
+    # Where this holds, the tests that need `ranking_chunks` run rather than skip.
+    if os.environ.get("TESSERA_KERNELS") == "0":
+        pytest.skip("kernels switched off by TESSERA_KERNELS=0")
+    assert kernels.AVAILABLE and kernels.CHUNKED
 
 
 @pytest.fixture

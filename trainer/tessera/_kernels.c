@@ -451,17 +451,14 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
     float *scratch = PyMem_RawMalloc(
         sizeof(float) * (size_t)size * (lhs_width + rhs_extra + size + 2));
     int32_t *keys = PyMem_RawMalloc(sizeof(int32_t) * (lhs_count + rhs_count));
+    PyObject *result = NULL;
     if (!scratch || !keys) {
-        PyMem_RawFree(scratch);
-        PyMem_RawFree(keys);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto done;
     }
     if (narrow_keys(lhs_keys, lhs_count, keys) ||
-        narrow_keys(rhs_keys, rhs_count, keys + lhs_count)) {
-        PyMem_RawFree(scratch);
-        PyMem_RawFree(keys);
-        return NULL;
-    }
+        narrow_keys(rhs_keys, rhs_count, keys + lhs_count))
+        goto done;
     double loss = 0.0;
     Py_BEGIN_ALLOW_THREADS
     int threads = set_blas_threads ? set_blas_threads(1) : 0; /* this thread's setting */
@@ -478,9 +475,11 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
     }
     if (set_blas_threads) set_blas_threads(threads);
     Py_END_ALLOW_THREADS
+    result = PyFloat_FromDouble(loss * weight);
+done:
     PyMem_RawFree(scratch);
     PyMem_RawFree(keys);
-    return PyFloat_FromDouble(loss * weight);
+    return result;
 }
 
 /* use_matrix_product(sgemm_address, set_threads_address or 0): the BLAS functions
