@@ -15,8 +15,8 @@ import torch
 
 from ..errors import BadInputError, FormatError
 from ..model import EmbeddingModel
-from ..storage.checkpoint import CheckpointStore
-from .optimizers import DenseAdagrad
+from ..storage.checkpoint import CheckpointStore, model_file
+from .optimizers import DenseAdagrad, load_optimizer_state
 
 
 def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
@@ -47,7 +47,8 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
                           "dimension, or start without init_path")
     model.load_state_dict({key: state[key] for key in expected})
     if optimizer is not None and blob is not None:
-        saved = torch.load(io.BytesIO(blob), weights_only=True)
+        saved = load_optimizer_state(blob, store.directory.url_of(
+            model_file(store.current_version() if version is None else version)))
         try:
             optimizer.load_state_dict(saved)
         except BadInputError:

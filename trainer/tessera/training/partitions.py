@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from ..config import ConfigSchema
-from ..storage.checkpoint import CheckpointStore
+from ..storage.checkpoint import CheckpointStore, embeddings_file
 from .hogwild import empty_for_workers, share_with_workers
-from .optimizers import row_adagrad_state
+from .optimizers import load_optimizer_state, row_adagrad_state
 from .seeding import stable_seed
 
 PartitionKey = tuple[str, int]  # (entity type, partition)
@@ -44,11 +44,10 @@ def serialize_row_state(adagrad_sum: torch.Tensor, lr: float) -> bytes:
     return buffer.getvalue()
 
 
-def deserialize_row_state(blob: bytes | None, num_rows: int) -> torch.Tensor | None:
-    """The accumulators from a saved state, or None if absent or of another shape."""
-    if blob is None:
-        return None
-    state = torch.load(io.BytesIO(blob), weights_only=True)
+def deserialize_row_state(blob: bytes, num_rows: int, url: str) -> torch.Tensor | None:
+    """The accumulators from a saved state (`url` names its file), or None if of another
+    shape."""
+    state = load_optimizer_state(blob, url)
     row_sum = state.get("state", {}).get(0, {}).get("sum")
     if isinstance(row_sum, torch.Tensor) and row_sum.shape == (num_rows,):
         return row_sum.float()
@@ -92,7 +91,11 @@ class PartitionLoader:
         table = empty_for_workers(count, self.config.entity_dimension(entity))
         _, blob = source.read_embeddings(entity, part, source_version, num_entities=count,
                                          dimension=table.shape[1], out=table.numpy())
-        row_sum = deserialize_row_state(blob, count)
+        if blob is None:
+            return Partition(table, torch.zeros(count))
+        read_version = source.current_version() if source_version is None else source_version
+        row_sum = deserialize_row_state(
+            blob, count, source.directory.url_of(embeddings_file(entity, part, read_version)))
         return Partition(table, torch.zeros(count) if row_sum is None else row_sum)
 
     def write(self, key: PartitionKey, partition: Partition, version: int,

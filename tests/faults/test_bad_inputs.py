@@ -1,0 +1,404 @@
+"""Bad input, table-driven: every mistake a user can make meets one contract.
+
+Each row starts from the same small workspace (two TSV edge lists imported into two partitions,
+a checkpoint trained on them), breaks one thing (a config key, a `-p` override, a data file, a
+bucket, a checkpoint, a command-line argument) and runs one `tessera` command in-process. The
+contract: the documented exit code (65 bad input, 2 a command-line usage error), one error line
+on stderr that names the key, file or line at fault, no traceback, and nothing that was there
+before changed or deleted (a failed command may leave only the files a row lists).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import random
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from tessera.cli import main
+from tessera.errors import EXIT_BAD_INPUT
+
+USAGE = 2  # argparse's exit code for a command-line mistake
+
+CONFIG = {
+    "entities": {"node": {"num_partitions": 2}},
+    "relations": [
+        {"name": "likes", "lhs": "node", "rhs": "node", "operator": "translation"},
+        {"name": "knows", "lhs": "node", "rhs": "node", "operator": "diagonal"},
+    ],
+    "dimension": 8, "num_epochs": 2, "num_edge_chunks": 2, "batch_size": 50,
+    "num_batch_negs": 10, "num_uniform_negs": 10, "workers": 1, "hogwild_delay": 0,
+    "entity_path": "entities", "edge_paths": ["edges/train", "edges/test"],
+    "checkpoint_path": "ckpt",
+}
+IMPORT = ("import", "config.yaml", "train.tsv", "test.tsv", "--rel-col", "1", "--rhs-col", "2")
+TRAIN = ("train", "config.yaml", "-p", "edge_paths=edges/train")
+TRAIN_MORE = (*TRAIN, "-p", "num_epochs=3")  # resumes the finished checkpoint
+TRAIN_FRESH = (*TRAIN, "-p", "checkpoint_path=fresh")  # starts from scratch
+EVAL = ("eval", "config.yaml", "-p", "edge_paths=edges/test")
+FILTERED = (*EVAL, "--filtered")
+EXPORT = ("export", "config.yaml", "exported")
+CHECK = ("config", "check", "config.yaml")
+LOCK = "tcp://127.0.0.1:9"  # never dialled: the rank is checked first
+
+
+def _write_edges(path: Path, count: int, rng: random.Random) -> None:
+    names = [f"e{i}" for i in range(60)]
+    with open(path, "w", encoding="utf-8") as file:
+        for _ in range(count):
+            file.write(f"{rng.choice(names)}\t{rng.choice(['likes', 'knows'])}\t"
+                       f"{rng.choice(names)}\n")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Imported and trained once; each row works on a copy."""
+    root = tmp_path_factory.mktemp("workspace")
+    rng = random.Random(0)
+    _write_edges(root / "train.tsv", 600, rng)
+    _write_edges(root / "test.tsv", 60, rng)
+    (root / "config.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        assert main([*IMPORT, "--quiet"]) == 0
+        assert main([*TRAIN, "--quiet"]) == 0
+    finally:
+        os.chdir(cwd)
+    yield root
+
+
+# Ways to break the workspace. Each returns a function of the workspace root.
+
+Prepare = Callable[[Path], None]
+
+
+def config(**changes: object) -> Prepare:
+    """Set top-level config keys (None removes the key)."""
+    def prepare(root: Path) -> None:
+        data = yaml.safe_load((root / "config.yaml").read_text())
+        for key, value in changes.items():
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+        (root / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return prepare
+
+
+def relation(index: int, **changes: object) -> Prepare:
+    def prepare(root: Path) -> None:
+        data = yaml.safe_load((root / "config.yaml").read_text())
+        data["relations"][index].update(changes)
+        (root / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return prepare
+
+
+def write(name: str, text: str) -> Prepare:
+    def prepare(root: Path) -> None:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return prepare
+
+
+def append(name: str, text: str) -> Prepare:
+    def prepare(root: Path) -> None:
+        with open(root / name, "a", encoding="utf-8") as file:
+            file.write(text)
+    return prepare
+
+
+def delete(name: str) -> Prepare:
+    def prepare(root: Path) -> None:
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return prepare
+
+
+def truncate(name: str, size: int) -> Prepare:
+    def prepare(root: Path) -> None:
+        with open(root / name, "r+b") as file:
+            file.truncate(size)
+    return prepare
+
+
+def h5(name: str, edit: Callable[[h5py.File], None]) -> Prepare:
+    def prepare(root: Path) -> None:
+        with h5py.File(root / name, "r+") as file:
+            edit(file)
+    return prepare
+
+
+def replace_dataset(dataset: str, values: np.ndarray) -> Callable[[h5py.File], None]:
+    def edit(file: h5py.File) -> None:
+        del file[dataset]
+        file.create_dataset(dataset, data=values)
+    return edit
+
+
+def both(*steps: Prepare) -> Prepare:
+    def prepare(root: Path) -> None:
+        for step in steps:
+            step(root)
+    return prepare
+
+
+def python_config(body: str) -> Prepare:
+    """A PBG-style Python config, the workspace's config translated, with `body` first."""
+    def prepare(root: Path) -> None:
+        (root / "config.py").write_text(
+            f"import os\n{body}\n\ndef get_torchbiggraph_config():\n"
+            f"    return {json.dumps(CONFIG)!s}\n")
+    return prepare
+
+
+def nothing(root: Path) -> None:
+    del root
+
+
+CKPT_EMB = "ckpt/embeddings_node_0.v4.h5"
+CKPT_MODEL = "ckpt/model.v4.h5"
+BUCKET = "edges/train/edges_0_1.h5"
+
+
+@dataclass(frozen=True)
+class BadInput:
+    argv: tuple[str, ...]
+    names: str  # the error line must contain this: the key, file or line at fault
+    prepare: Prepare = nothing
+    exit_code: int = EXIT_BAD_INPUT
+    may_leave: tuple[str, ...] = ()  # glob patterns of new files a failed run may leave
+
+
+ROWS: dict[str, BadInput] = {
+    # Configs: keys, types, values, references between keys.
+    "unknown key": BadInput(CHECK, "num_epoch", config(num_epoch=3)),
+    "unknown key in train": BadInput(TRAIN, "dimensoin", config(dimensoin=3)),
+    "wrong type": BadInput(CHECK, "num_epochs", config(num_epochs="ten")),
+    "float for an integer": BadInput(CHECK, "batch_size", config(batch_size=2.5)),
+    "zero dimension": BadInput(CHECK, "dimension", config(dimension=0)),
+    "negative learning rate": BadInput(CHECK, "lr", config(lr=-0.1)),
+    "zero partitions": BadInput(CHECK, "num_partitions",
+                                config(entities={"node": {"num_partitions": 0}})),
+    "no entities": BadInput(CHECK, "entities", config(entities={})),
+    "no relations": BadInput(CHECK, "relations", config(relations=[])),
+    "missing entity_path": BadInput(CHECK, "entity_path", config(entity_path=None)),
+    "missing edge_paths": BadInput(TRAIN[:2], "edge_paths", config(edge_paths=None)),
+    "unknown operator": BadInput(CHECK, "operator", relation(0, operator="rotation")),
+    "unknown comparator": BadInput(CHECK, "comparator", config(comparator="manhattan")),
+    "unknown loss": BadInput(CHECK, "loss_fn", config(loss_fn="hinge")),
+    "unknown bucket order": BadInput(CHECK, "bucket_order", config(bucket_order="spiral")),
+    "unknown entity type": BadInput(CHECK, "relations[0].lhs", relation(0, lhs="nodes")),
+    "relation without name": BadInput(CHECK, "name",
+                                      config(relations=[{"lhs": "node", "rhs": "node"}])),
+    "zero edge chunks": BadInput(CHECK, "num_edge_chunks", config(num_edge_chunks=0)),
+    "eval fraction above one": BadInput(CHECK, "eval_fraction", config(eval_fraction=1.5)),
+    "negative negatives": BadInput(CHECK, "num_uniform_negs", config(num_uniform_negs=-1)),
+    "zero batch size": BadInput(CHECK, "batch_size", config(batch_size=0)),
+    "zero preservation interval": BadInput(
+        CHECK, "checkpoint_preservation_interval",
+        config(checkpoint_preservation_interval=0)),
+    "entities not a mapping": BadInput(CHECK, "entities", config(entities=["node"])),
+    "dynamic relations with two relations": BadInput(CHECK, "dynamic_relations",
+                                                     config(dynamic_relations=True)),
+    "YAML syntax error": BadInput(CHECK, "config.yaml", write("config.yaml", "entities: {\n")),
+    "YAML list, not a mapping": BadInput(CHECK, "config.yaml", write("config.yaml", "- 1\n")),
+    "empty config file": BadInput(CHECK, "config.yaml", write("config.yaml", "")),
+    "JSON syntax error": BadInput(("config", "check", "config.json"), "config.json",
+                                  write("config.json", '{"dimension": 8,')),
+    "config file missing": BadInput(("config", "check", "nowhere.yaml"), "nowhere.yaml"),
+    "config is a folder": BadInput(("config", "check", "edges"), "edges"),
+    "config of unknown extension": BadInput(("config", "check", "config.toml"), "config.toml",
+                                            write("config.toml", "dimension = 8\n")),
+    "Python config raising": BadInput(("config", "check", "config.py"), "config.py",
+                                      python_config("raise RuntimeError('no cluster here')")),
+    "Python config syntax error": BadInput(("config", "check", "config.py"), "config.py",
+                                           python_config("def broken(:")),
+    "Python config missing variable": BadInput(
+        ("config", "check", "config.py"), "TESSERA_TEST_UNSET",
+        python_config("ROOT = os.environ['TESSERA_TEST_UNSET']")),
+    "Python config without the function": BadInput(("config", "check", "config.py"),
+                                                   "get_torchbiggraph_config",
+                                                   write("config.py", "x = 1\n")),
+    "Python config returning a list": BadInput(
+        ("config", "check", "config.py"), "config.py",
+        write("config.py", "def get_torchbiggraph_config():\n    return [1]\n")),
+    # -p overrides.
+    "override without a value": BadInput((*CHECK, "-p", "num_epochs"), "num_epochs"),
+    "override of an unknown key": BadInput((*CHECK, "-p", "num_epoch=3"), "num_epoch"),
+    "override of the wrong type": BadInput((*CHECK, "-p", "num_epochs=many"), "num_epochs"),
+    "override past the list": BadInput((*CHECK, "-p", "relations.5.operator=linear"),
+                                       "relations"),
+    "override to an unknown operator": BadInput(
+        (*CHECK, "-p", "relations.0.operator=rotation"), "operator"),
+    "override with an empty key": BadInput((*CHECK, "-p", "=3"), "=3"),
+    "override in train": BadInput((*TRAIN, "-p", "lr=fast"), "lr"),
+    # Edge lists to import.
+    "input missing": BadInput(("import", "config.yaml", "nowhere.tsv", "test.tsv",
+                               "--rel-col", "1", "--rhs-col", "2"), "nowhere.tsv"),
+    "fewer inputs than edge paths": BadInput(IMPORT[:3] + IMPORT[4:], "edge_paths"),
+    "short line": BadInput(IMPORT, "train.tsv: line 601", append("train.tsv", "e1\tlikes\n")),
+    "column past the line": BadInput(IMPORT[:-1] + ("7",), "rhs=7"),
+    "unknown relation name": BadInput(IMPORT, "follows", append("train.tsv",
+                                                                "e1\tfollows\te2\n")),
+    "empty input": BadInput(IMPORT, "train.tsv", write("train.tsv", "")),
+    "Parquet that is not Parquet": BadInput(
+        ("import", "config.yaml", "train.parquet", "test.tsv", "--rel-col", "1",
+         "--rhs-col", "2"), "train.parquet", write("train.parquet", "not parquet\n")),
+    "negative column": BadInput(IMPORT[:-1] + ("-1",), "rhs_col"),
+    # Entity files.
+    "entity count missing": BadInput(TRAIN_FRESH, "entity_count_node_1.txt",
+                                     delete("entities/entity_count_node_1.txt")),
+    "entity count not a number": BadInput(TRAIN_FRESH, "entity_count_node_0.txt",
+                                          write("entities/entity_count_node_0.txt", "many\n")),
+    "negative entity count": BadInput(TRAIN_FRESH, "entity_count_node_0.txt",
+                                      write("entities/entity_count_node_0.txt", "-3\n")),
+    "entity count changed under a checkpoint": BadInput(
+        TRAIN_MORE, "embeddings_node_0", write("entities/entity_count_node_0.txt", "31\n")),
+    "entity names not JSON": BadInput(EXPORT, "entity_names_node_0.json",
+                                      write("entities/entity_names_node_0.json", "[\"e1\",")),
+    # Edge buckets (HDF5).
+    "bucket missing": BadInput(TRAIN_FRESH, "edges_0_1.h5", delete(BUCKET),
+                               may_leave=("fresh/*",)),
+    "bucket not HDF5": BadInput(TRAIN_FRESH, "edges_0_1.h5", write(BUCKET, "hello"),
+                                may_leave=("fresh/*",)),
+    "bucket truncated": BadInput(TRAIN_FRESH, "edges_0_1.h5", truncate(BUCKET, 100),
+                                 may_leave=("fresh/*",)),
+    "bucket without rhs": BadInput(TRAIN_FRESH, "edges_0_1.h5", h5(BUCKET, lambda f: f.pop("rhs")),
+                                   may_leave=("fresh/*",)),
+    "bucket of unequal lengths": BadInput(
+        TRAIN_FRESH, "edges_0_1.h5", h5(BUCKET, replace_dataset("rhs", np.zeros(3, np.int64))),
+        may_leave=("fresh/*",)),
+    "bucket offset past the partition": BadInput(
+        TRAIN_FRESH, "edges_0_1.h5", h5(BUCKET, lambda f: f["lhs"].__setitem__(0, 10**6)),
+        may_leave=("fresh/*",)),
+    "bucket relation past the config": BadInput(
+        TRAIN_FRESH, "edges_0_1.h5", h5(BUCKET, lambda f: f["rel"].__setitem__(0, 9)),
+        may_leave=("fresh/*",)),
+    "bucket of floats": BadInput(
+        TRAIN_FRESH, "edges_0_1.h5",
+        h5(BUCKET, lambda f: replace_dataset("lhs", f["lhs"][:].astype(np.float64))(f)),
+        may_leave=("fresh/*",)),
+    "bucket of a future format": BadInput(
+        TRAIN_FRESH, "edges_0_1.h5", h5(BUCKET, lambda f: f.attrs.__setitem__(
+            "format_version", 99)), may_leave=("fresh/*",)),
+    "bucket edge path missing": BadInput((*TRAIN_FRESH[:2], "-p", "edge_paths=edges/none",
+                                          "-p", "checkpoint_path=fresh"), "edges/none"),
+    "eval on a missing edge path": BadInput((*EVAL[:2], "-p", "edge_paths=edges/none"),
+                                            "edges/none"),
+    # Checkpoints.
+    "version file garbage": BadInput(TRAIN_MORE, "checkpoint_version.txt",
+                                     write("ckpt/checkpoint_version.txt", "four\n")),
+    "version file garbage in eval": BadInput(EVAL, "checkpoint_version.txt",
+                                             write("ckpt/checkpoint_version.txt", "four\n")),
+    "version names missing files": BadInput(TRAIN_MORE, "v5",
+                                            write("ckpt/checkpoint_version.txt", "5\n")),
+    "embeddings truncated": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",
+                                     truncate(CKPT_EMB, 200)),
+    "embeddings truncated in eval": BadInput(EVAL, "embeddings_node_0.v4.h5",
+                                             truncate(CKPT_EMB, 200)),
+    "embeddings of the wrong dimension": BadInput(
+        TRAIN_MORE, "embeddings_node_0.v4.h5",
+        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((30, 5), np.float32)))),
+    "embeddings with too few rows in eval": BadInput(
+        EVAL, "embeddings_node_0.v4.h5",
+        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((3, 8), np.float32)))),
+    "embeddings with too few rows in export": BadInput(
+        EXPORT, "embeddings_node_0.v4.h5",
+        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((3, 8), np.float32)))),
+    "embeddings of the wrong dimension in export": BadInput(
+        EXPORT, "embeddings_node_0.v4.h5",
+        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((30, 5), np.float32)))),
+    "embeddings file missing": BadInput(EVAL, "embeddings_node_1.v4.h5",
+                                        delete("ckpt/embeddings_node_1.v4.h5")),
+    "model file missing": BadInput(EVAL, "model.v4.h5", delete(CKPT_MODEL)),
+    "model file not HDF5": BadInput(TRAIN_MORE, "model.v4.h5", write(CKPT_MODEL, "nope")),
+    "partition optimizer state not torch's": BadInput(
+        TRAIN_MORE, "embeddings_node_1.v4.h5", h5("ckpt/embeddings_node_1.v4.h5", replace_dataset(
+            "optimizer/state_dict", np.frombuffer(b"garbage", dtype="V1")))),
+    "optimizer state not torch's": BadInput(
+        TRAIN_MORE, "model.v4.h5", h5(CKPT_MODEL, replace_dataset(
+            "optimizer/state_dict", np.frombuffer(b"garbage", dtype="V1")))),
+    "dimension changed under a checkpoint": BadInput((*TRAIN_MORE, "-p", "dimension=9"),
+                                                     "dimension"),
+    "operator changed under a checkpoint": BadInput(
+        (*TRAIN_MORE, "-p", "relations.1.operator=linear"), "relations"),
+    "init_path missing": BadInput((*TRAIN_FRESH, "-p", "init_path=nowhere"), "nowhere"),
+    "init_path of another dimension": BadInput(
+        (*TRAIN_FRESH, "-p", "init_path=ckpt", "-p", "dimension=9"), "dimension"),
+    "eval without a checkpoint": BadInput((*EVAL, "-p", "checkpoint_path=none"), "none"),
+    "export without a checkpoint": BadInput((*EXPORT, "-p", "checkpoint_path=none"), "none"),
+    # Command-line arguments.
+    "unknown command": BadInput(("fit", "config.yaml"), "fit", exit_code=USAGE),
+    "train without a config": BadInput(("train",), "config", exit_code=USAGE),
+    "config check without a file": BadInput(("config", "check"), "CONFIG", exit_code=USAGE),
+    "export format unknown": BadInput((*EXPORT, "--format", "csv"), "--format",
+                                      exit_code=USAGE),
+    "import partitioning unknown": BadInput((*IMPORT, "--partitioning", "round"),
+                                            "--partitioning", exit_code=USAGE),
+    "rank with a local cluster": BadInput((*TRAIN, "--rank", "0", "--local-cluster"),
+                                          "--rank"),
+    "trainers without a local cluster": BadInput((*TRAIN, "--trainers", "2"), "--trainers"),
+    "rank past the machines": BadInput((*TRAIN, "--rank", "3", "--init-method", LOCK), "rank 3"),
+    "partition server rank past the servers": BadInput(
+        ("partition-server", "config.yaml", "--rank", "5", "--init-method", LOCK), "rank 5"),
+    "rank not a number": BadInput((*TRAIN, "--rank", "first"), "--rank", exit_code=USAGE),
+    "export onto a file": BadInput(("export", "config.yaml", "train.tsv"), "train.tsv"),
+    "eval output into a missing folder is created or named": BadInput(
+        (*EVAL, "--output", "train.tsv/metrics.json"), "train.tsv"),
+    "filter path missing": BadInput((*FILTERED, "--filter-paths", "edges/none"), "edges/none"),
+    "unknown entity type to export": BadInput((*EXPORT, "--entity-types", "user"), "user"),
+}
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def test_the_table_is_large_enough() -> None:
+    assert len(ROWS) >= 70
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_bad_input_meets_the_contract(row: BadInput, workspace: Path, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capfd: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "workspace"
+    shutil.copytree(workspace, root)
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("TESSERA_TEST_UNSET", raising=False)
+    row.prepare(root)
+    before = _snapshot(root)
+    capfd.readouterr()
+
+    try:
+        code = main([*row.argv, "--quiet"] if row.exit_code != USAGE else list(row.argv))
+    except SystemExit as exited:  # argparse
+        code = exited.code
+    stderr = capfd.readouterr().err
+
+    assert code == row.exit_code, stderr
+    assert "Traceback" not in stderr, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line]
+    assert len(errors) == 1, stderr
+    if row.exit_code != USAGE:
+        assert len(lines) == 1, stderr
+    assert row.names in errors[0], stderr
+    after = _snapshot(root)
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    assert not changed, f"changed or deleted: {changed}"
+    new = sorted(name for name in set(after) - set(before)
+                 if not any(fnmatch.fnmatch(name, pattern) for pattern in row.may_leave))
+    assert not new, f"left behind: {new}"
