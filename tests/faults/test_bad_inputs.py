@@ -212,6 +212,7 @@ ROWS: dict[str, BadInput] = {
     "dynamic relations with two relations": BadInput(CHECK, "dynamic_relations",
                                                      config(dynamic_relations=True)),
     "YAML syntax error": BadInput(CHECK, "config.yaml", write("config.yaml", "entities: {\n")),
+    "YAML bad indentation": BadInput(CHECK, "line 2", write("config.yaml", "a: 1\n b: 2\n")),
     "YAML list, not a mapping": BadInput(CHECK, "config.yaml", write("config.yaml", "- 1\n")),
     "empty config file": BadInput(CHECK, "config.yaml", write("config.yaml", "")),
     "JSON syntax error": BadInput(("config", "check", "config.json"), "config.json",
@@ -242,6 +243,7 @@ ROWS: dict[str, BadInput] = {
     "override to an unknown operator": BadInput(
         (*CHECK, "-p", "relations.0.operator=rotation"), "operator"),
     "override with an empty key": BadInput((*CHECK, "-p", "=3"), "=3"),
+    "override of broken YAML": BadInput((*CHECK, "-p", "lr=[1"), "override lr"),
     "override in train": BadInput((*TRAIN, "-p", "lr=fast"), "lr"),
     # Edge lists to import.
     "input missing": BadInput(("import", "config.yaml", "nowhere.tsv", "test.tsv",

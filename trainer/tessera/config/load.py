@@ -36,7 +36,16 @@ def parse_yaml(text: str, source: str) -> Any:
     try:
         return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as error:
-        raise ConfigError(source, f"not valid YAML: {error}") from None
+        raise ConfigError(source, f"not valid YAML: {_one_line(error)}") from None
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """PyYAML's message without its source excerpt, with the line and column it points at."""
+    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
+        return " ".join(str(error).split())
+    mark = error.problem_mark
+    return f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}" + (
+        f" ({error.context})" if error.context else "")
 
 
 def read_config_dict(location: str) -> dict[str, Any]:
@@ -48,6 +57,8 @@ def read_config_dict(location: str) -> dict[str, Any]:
             text = file.read()
     except FileNotFoundError:
         raise ConfigError(location, "config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(location, "this is a folder; give the config file in it") from None
     if location.endswith(".json"):
         try:
             raw = json.loads(text)
