@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import ConfigError, TesseraError
 from .progress import Reporter
+
+# Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +34,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         print(f"tessera {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except StdoutClosed:
+        return EXIT_BROKEN_PIPE
+
+
+class StdoutClosed(Exception):
+    """Whoever read our output has stopped reading (`tessera config schema | head`)."""
+
+
+def print_result(text: str) -> None:
+    """Print a command's result; a closed reader ends the command quietly, the Unix way."""
+    try:
+        print(text)
+        sys.stdout.flush()  # a closed reader shows here, not at interpreter exit
+    except BrokenPipeError:
+        # Python's recipe (signal module docs): point stdout at /dev/null so that the
+        # interpreter's last flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise StdoutClosed from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -242,7 +268,7 @@ def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
 
     metrics = evaluate_checkpoint(_load(args), reporter, filtered=args.filtered,
                                   filter_paths=args.filter_paths)
-    print(json.dumps(metrics, indent=2))
+    print_result(json.dumps(metrics, indent=2))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as file:
             json.dump(metrics, file, indent=2)
@@ -280,16 +306,16 @@ def _add_config(commands: Any) -> None:
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key (as for the other commands)")
     _common(parser, with_config=False)
-    parser.set_defaults(run=_run_config)
+    parser.set_defaults(run=_run_config, usage_error=parser.error)
 
 
 def _run_config(args: argparse.Namespace, reporter: Reporter) -> int:
     from .config import config_json_schema
 
     if args.action == "schema":
-        print(json.dumps(config_json_schema(), indent=2))
+        print_result(json.dumps(config_json_schema(), indent=2))
         return 0
     if not args.config:
-        raise SystemExit("tessera config check: a CONFIG file is required")
-    print(json.dumps(_load(args).to_dict(), indent=2))
+        args.usage_error("check needs a CONFIG file")  # exits 2, as argparse's errors do
+    print_result(json.dumps(_load(args).to_dict(), indent=2))
     return 0
