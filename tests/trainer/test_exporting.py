@@ -72,6 +72,7 @@ def test_export_to_object_storage(trained: PlantedGraph, s3_dir: object) -> None
     target = Directory(s3_dir.url, s3_dir.storage_options)
     assert written == [target.url_of("embeddings_node.tsv"),
                        target.url_of("relation_parameters.tsv")]
+    assert target.listdir() == ["embeddings_node.tsv", "relation_parameters.tsv"]
     first_row = target.read_text("embeddings_node.tsv").splitlines()[0].split("\t")
     assert first_row[0] == "n0"
     np.testing.assert_array_equal(np.array(first_row[1:], dtype=np.float32),

@@ -259,19 +259,24 @@ def _add_eval(commands: Any) -> None:
     parser.add_argument("--filter-paths", nargs="+", default=None, metavar="EDGE_PATH",
                         help="edge sets whose edges are known true (default with --filtered: "
                         "the evaluated edge sets themselves)")
-    parser.add_argument("--output", help="also write the metrics to this JSON file")
+    parser.add_argument("--output", help="also write the metrics to this JSON file (path or "
+                        "URL; its folder is created if missing)")
     parser.set_defaults(run=_run_eval)
 
 
 def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluation.command import evaluate_checkpoint
+    from .publishing import check_output_file, write_output_file
 
-    metrics = evaluate_checkpoint(_load(args), reporter, filtered=args.filtered,
+    config = _load(args)
+    if args.output:  # refused now rather than after the evaluation
+        check_output_file(args.output, config.storage_options)
+    metrics = evaluate_checkpoint(config, reporter, filtered=args.filtered,
                                   filter_paths=args.filter_paths)
-    print_result(json.dumps(metrics, indent=2))
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
-            json.dump(metrics, file, indent=2)
+        write_output_file(args.output, json.dumps(metrics, indent=2) + "\n",
+                          config.storage_options)
+    print_result(json.dumps(metrics, indent=2))
     return 0
 
 
@@ -279,13 +284,17 @@ def _add_export(commands: Any) -> None:
     parser = commands.add_parser(
         "export", help="write embeddings (with entity names) and relation parameters",
         description="Export the latest checkpoint: embeddings as TSV (name then values) or "
-        "HDF5/NumPy, and relation operator parameters as TSV.")
+        "HDF5/NumPy, and relation operator parameters as TSV. The files appear in OUTPUT all "
+        "together, or, if anything fails, none does.")
     _common(parser)
     parser.add_argument("output", help="output directory (path or URL)")
     parser.add_argument("--format", dest="output_format", choices=["tsv", "h5", "npy"],
                         default="tsv", help="format of the embeddings (default tsv)")
     parser.add_argument("--entity-types", nargs="+", default=None,
                         help="only these entity types (default: all)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files of the same names already in OUTPUT (default: "
+                        "refuse them)")
     parser.set_defaults(run=_run_export)
 
 
@@ -293,7 +302,7 @@ def _run_export(args: argparse.Namespace, reporter: Reporter) -> int:
     from .exporting import export_checkpoint
 
     export_checkpoint(_load(args), args.output, reporter, output_format=args.output_format,
-                      entity_types=args.entity_types)
+                      entity_types=args.entity_types, overwrite=args.overwrite)
     return 0
 
 
