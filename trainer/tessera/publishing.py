@@ -35,20 +35,20 @@ def staged_directory(output: Directory, names: Sequence[str], *,
     """
     _check_output_directory(output, names, overwrite)
     created = not _exists(output)
-    staging_name = f".tessera-staging-{uuid.uuid4().hex}.tmp"
-    staging = output.subdirectory(staging_name)
+    staging = output.subdirectory(f".tessera-staging-{uuid.uuid4().hex}.tmp")
     try:
-        with _bad_place_is_bad_input(output.url):  # no such folder can be made there
-            staging.makedirs()
+        if staging.is_local:  # object stores have no folders to make
+            with _bad_place_is_bad_input(output.url):  # no such folder can be made there
+                staging.makedirs()
         yield staging
         _move_all(staging, output, names)
     except BaseException:
         with contextlib.suppress(Exception):  # the original error matters more
-            output.delete(staging_name)
+            _remove_staging(staging)
             if created:
                 _remove_empty_directory(output)
         raise
-    output.delete(staging_name)
+    _remove_staging(staging)
 
 
 def _check_output_directory(output: Directory, names: Sequence[str], overwrite: bool) -> None:
@@ -78,6 +78,16 @@ def _move_all(staging: Directory, output: Directory, names: Sequence[str]) -> No
             with contextlib.suppress(Exception):
                 output.delete(name)
         raise
+
+
+def _remove_staging(staging: Directory) -> None:
+    # File by file, then the folder: some S3 servers (SeaweedFS) keep the folder of a
+    # recursive delete, but drop a folder with its last file.
+    for name in staging.listdir():
+        staging.delete(name)
+    with translate_errors(staging.url):
+        if staging.fs.exists(staging.root):
+            staging.fs.rm(staging.root, recursive=True)
 
 
 def _exists(directory: Directory) -> bool:
