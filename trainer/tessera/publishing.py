@@ -66,7 +66,11 @@ def _check_output_directory(output: Directory, names: Sequence[str], overwrite: 
 
 
 def _move_all(staging: Directory, output: Directory, names: Sequence[str]) -> None:
-    """Move the staged files into place (renames on disk); undo the moves if one fails."""
+    """Move the staged files into place (renames on disk); undo the moves if one fails.
+
+    Each move replaces its file atomically; with --overwrite, a file already replaced when a
+    later move fails is not brought back (its old content is gone).
+    """
     moved: list[str] = []
     try:
         for name in names:
