@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,52 @@ def test_config_check_prints_defaults(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
     assert printed["num_epochs"] == 9 and printed["bucket_order"] == "inside_out"
+
+
+PYTHON_CONFIG_MISTAKES = {
+    "raises": ("def get_torchbiggraph_config():\n"
+               "    entities = {'all': {'num_partitions': 1}}\n"
+               "    raise ValueError('no relations yet')\n",
+               3, "ValueError: no relations yet"),
+    "syntax error": ("def get_torchbiggraph_config(:\n    return {}\n",
+                     1, "SyntaxError: "),
+    "missing environment variable": (
+        "import os\n\nDATA = os.environ['TESSERA_TEST_UNSET_VARIABLE']\n",
+        3, "KeyError: 'TESSERA_TEST_UNSET_VARIABLE' (the environment variable "
+           "TESSERA_TEST_UNSET_VARIABLE is not set"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(PYTHON_CONFIG_MISTAKES))
+def test_a_failing_python_config_names_its_file_and_line(
+        mistake: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    source, line, message = PYTHON_CONFIG_MISTAKES[mistake]
+    monkeypatch.delenv("TESSERA_TEST_UNSET_VARIABLE", raising=False)
+    config = tmp_path / "pbg_config.py"
+    config.write_text(source)
+    assert main(["config", "check", str(config)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.splitlines() == [err.strip()], err  # one line
+    assert f"{config}, line {line}: " in err and message in err
+    assert "Traceback" not in err
+
+
+def test_config_check_without_a_file_is_a_usage_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["config", "check"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: tessera config") and "check needs a CONFIG file" in err
+
+
+def test_a_closed_reader_ends_the_output_quietly() -> None:
+    """`tessera config schema | head`: the reader is gone before the schema is written."""
+    process = subprocess.Popen([sys.executable, "-m", "tessera", "config", "schema"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert stderr == ""

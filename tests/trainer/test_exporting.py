@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import h5py
@@ -10,7 +11,7 @@ import pytest
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
-from tessera.errors import BadInputError, ConfigError
+from tessera.errors import BadInputError, ConfigError, FormatError
 from tessera.exporting import export_checkpoint
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
@@ -72,10 +73,28 @@ def test_export_to_object_storage(trained: PlantedGraph, s3_dir: object) -> None
     target = Directory(s3_dir.url, s3_dir.storage_options)
     assert written == [target.url_of("embeddings_node.tsv"),
                        target.url_of("relation_parameters.tsv")]
+    assert target.listdir() == ["embeddings_node.tsv", "relation_parameters.tsv"]
     first_row = target.read_text("embeddings_node.tsv").splitlines()[0].split("\t")
     assert first_row[0] == "n0"
     np.testing.assert_array_equal(np.array(first_row[1:], dtype=np.float32),
                                   expected_embeddings(trained)[0])
+
+
+def test_a_failed_export_to_object_storage_leaves_nothing(trained: PlantedGraph, tmp_path: Path,
+                                                          s3_dir: object) -> None:
+    """The model file, read after the embeddings were written, is truncated: the embeddings
+    must not appear without their relation parameters."""
+    shutil.copytree(trained.root, tmp_path / "graph")
+    graph = PlantedGraph(tmp_path / "graph", trained.num_entities, trained.num_partitions)
+    (model,) = (graph.root / "checkpoints").glob("model.v*.h5")
+    model.write_bytes(model.read_bytes()[:1000])
+    config = parse_config({**graph.config(), "storage_options": s3_dir.storage_options})
+    with pytest.raises(FormatError, match="not a readable HDF5 file"):
+        export_checkpoint(config, s3_dir.url, QUIET)
+    target = Directory(s3_dir.url, s3_dir.storage_options)
+    left = target.fs.find(target.root, withdirs=True, detail=True)
+    assert [path for path, info in left.items() if info["type"] != "directory"] == []
+    assert not any(".tessera-staging" in path for path in left)
 
 
 def test_errors_name_what_is_wrong(trained: PlantedGraph, tmp_path: Path) -> None:

@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import ConfigError, TesseraError
 from .progress import Reporter
+
+# Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +34,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         print(f"tessera {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except StdoutClosed:
+        return EXIT_BROKEN_PIPE
+
+
+class StdoutClosed(Exception):
+    """Whoever read our output has stopped reading (`tessera config schema | head`)."""
+
+
+def print_result(text: str) -> None:
+    """Print a command's result; a closed reader ends the command quietly, the Unix way."""
+    try:
+        print(text)
+        sys.stdout.flush()  # a closed reader shows here, not at interpreter exit
+    except BrokenPipeError:
+        # Python's recipe (signal module docs): point stdout at /dev/null so that the
+        # interpreter's last flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise StdoutClosed from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,19 +259,24 @@ def _add_eval(commands: Any) -> None:
     parser.add_argument("--filter-paths", nargs="+", default=None, metavar="EDGE_PATH",
                         help="edge sets whose edges are known true (default with --filtered: "
                         "the evaluated edge sets themselves)")
-    parser.add_argument("--output", help="also write the metrics to this JSON file")
+    parser.add_argument("--output", help="also write the metrics to this JSON file (path or "
+                        "URL; its folder is created if missing)")
     parser.set_defaults(run=_run_eval)
 
 
 def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluation.command import evaluate_checkpoint
+    from .publishing import check_output_file, write_output_file
 
-    metrics = evaluate_checkpoint(_load(args), reporter, filtered=args.filtered,
+    config = _load(args)
+    if args.output:  # refused now rather than after the evaluation
+        check_output_file(args.output, config.storage_options)
+    metrics = evaluate_checkpoint(config, reporter, filtered=args.filtered,
                                   filter_paths=args.filter_paths)
-    print(json.dumps(metrics, indent=2))
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as file:
-            json.dump(metrics, file, indent=2)
+        write_output_file(args.output, json.dumps(metrics, indent=2) + "\n",
+                          config.storage_options)
+    print_result(json.dumps(metrics, indent=2))
     return 0
 
 
@@ -253,13 +284,17 @@ def _add_export(commands: Any) -> None:
     parser = commands.add_parser(
         "export", help="write embeddings (with entity names) and relation parameters",
         description="Export the latest checkpoint: embeddings as TSV (name then values) or "
-        "HDF5/NumPy, and relation operator parameters as TSV.")
+        "HDF5/NumPy, and relation operator parameters as TSV. The files appear in OUTPUT all "
+        "together, or, if anything fails, none does.")
     _common(parser)
     parser.add_argument("output", help="output directory (path or URL)")
     parser.add_argument("--format", dest="output_format", choices=["tsv", "h5", "npy"],
                         default="tsv", help="format of the embeddings (default tsv)")
     parser.add_argument("--entity-types", nargs="+", default=None,
                         help="only these entity types (default: all)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files of the same names already in OUTPUT (default: "
+                        "refuse them)")
     parser.set_defaults(run=_run_export)
 
 
@@ -267,7 +302,7 @@ def _run_export(args: argparse.Namespace, reporter: Reporter) -> int:
     from .exporting import export_checkpoint
 
     export_checkpoint(_load(args), args.output, reporter, output_format=args.output_format,
-                      entity_types=args.entity_types)
+                      entity_types=args.entity_types, overwrite=args.overwrite)
     return 0
 
 
@@ -280,16 +315,16 @@ def _add_config(commands: Any) -> None:
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key (as for the other commands)")
     _common(parser, with_config=False)
-    parser.set_defaults(run=_run_config)
+    parser.set_defaults(run=_run_config, usage_error=parser.error)
 
 
 def _run_config(args: argparse.Namespace, reporter: Reporter) -> int:
     from .config import config_json_schema
 
     if args.action == "schema":
-        print(json.dumps(config_json_schema(), indent=2))
+        print_result(json.dumps(config_json_schema(), indent=2))
         return 0
     if not args.config:
-        raise SystemExit("tessera config check: a CONFIG file is required")
-    print(json.dumps(_load(args).to_dict(), indent=2))
+        args.usage_error("check needs a CONFIG file")  # exits 2, as argparse's errors do
+    print_result(json.dumps(_load(args).to_dict(), indent=2))
     return 0

@@ -1,7 +1,8 @@
 """`tessera export`: a checkpoint's embeddings (named) and relation parameters, for other tools.
 
 Embeddings are written one partition at a time, so exporting needs the memory of one
-partition, not of the whole entity type. Each output file is published atomically.
+partition, not of the whole entity type. The output files are published all together or not
+at all.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from .config import ConfigSchema
-from .errors import BadInputError, ConfigError
+from .errors import BadInputError, ConfigError, FormatError
 from .progress import Reporter
+from .publishing import staged_directory
 from .storage.checkpoint import CheckpointStore
 from .storage.entities import (
+    entity_count_file,
     entity_names_file,
     read_entity_counts,
     read_entity_names,
@@ -26,67 +29,91 @@ from .storage.entities import (
 from .storage.fs import Directory
 
 TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+RELATION_PARAMETERS_FILE = "relation_parameters.tsv"
 
 
 def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
-                      output_format: str = "tsv",
-                      entity_types: Sequence[str] | None = None) -> list[str]:
-    """Write the latest checkpoint to `output`; returns the URLs of the files written."""
+                      output_format: str = "tsv", entity_types: Sequence[str] | None = None,
+                      overwrite: bool = False) -> list[str]:
+    """Write the latest checkpoint to `output`; returns the URLs of the files written.
+
+    All files appear together or none does (see publishing.staged_directory); files of the
+    same names already in `output` are refused unless `overwrite`.
+    """
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to export; run "
                             "`tessera train` first or fix checkpoint_path")
-    entity_dir = Directory(config.entity_path, config.storage_options)
-    counts = read_entity_counts(entity_dir, config)
-    target = Directory(output, config.storage_options)
-    written = []
-    for entity in entity_types or list(config.entities):
+    types = list(entity_types or config.entities)
+    for entity in types:
         if entity not in config.entities:
             raise ConfigError("--entity-types", f"unknown entity type '{entity}'; the config "
                               f"has {', '.join(config.entities)}")
-        partitions = _partitions(store, version, entity_dir, entity, len(counts[entity]))
-        name = _write_embeddings(target, entity, sum(counts[entity]), partitions, output_format)
-        written.append(target.url_of(name))
-        reporter.event("exported embeddings", entity_type=entity, entities=sum(counts[entity]),
-                       file=target.url_of(name))
-    written.append(target.url_of(_write_relation_parameters(config, store, version, entity_dir,
-                                                            target)))
-    reporter.event("exported relation parameters", file=written[-1])
+    entity_dir = Directory(config.entity_path, config.storage_options)
+    counts = read_entity_counts(entity_dir, config)
+    target = Directory(output, config.storage_options)
+    names = [name for entity in types for name in embedding_files(entity, output_format)]
+    names.append(RELATION_PARAMETERS_FILE)
+    with staged_directory(target, names, overwrite=overwrite) as staging:
+        for entity in types:
+            partitions = _partitions(store, version, entity_dir, entity, counts[entity],
+                                     config.entity_dimension(entity))
+            _write_embeddings(staging, entity, sum(counts[entity]), partitions, output_format)
+            reporter.event("exported embeddings", entity_type=entity,
+                           entities=sum(counts[entity]))
+        _write_relation_parameters(config, store, version, entity_dir, staging)
+    written = [target.url_of(name) for name in names]
+    reporter.event("export published", files=written)
     return written
 
 
+def embedding_files(entity: str, fmt: str) -> list[str]:
+    """The files an entity type's embeddings are exported to, in one format."""
+    if fmt == "npy":
+        return [f"embeddings_{entity}.npy", f"names_{entity}.txt"]
+    return [f"embeddings_{entity}.{fmt}"]
+
+
 def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, entity: str,
-                num_parts: int) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(names, embeddings) of each partition in turn; offsets stand in for missing names."""
-    for part in range(num_parts):
-        embeddings, _ = store.read_embeddings(entity, part, version)
-        if entity_dir.exists(entity_names_file(entity, part)):
+                counts: list[int], dimension: int) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(names, embeddings) of each partition in turn; offsets stand in for missing names.
+
+    Each partition's shape is checked against its entity count and the config's dimension.
+    """
+    for part, count in enumerate(counts):
+        embeddings, _ = store.read_embeddings(entity, part, version, num_entities=count,
+                                              dimension=dimension)
+        names_file = entity_names_file(entity, part)
+        if entity_dir.exists(names_file):
             names = read_entity_names(entity_dir, entity, part)
+            if len(names) != count:
+                raise FormatError(entity_dir.url_of(names_file),
+                                  f"holds {len(names)} names, but the partition has {count} "
+                                  f"entities ({entity_count_file(entity, part)}); import the "
+                                  "entities again")
         else:
             names = [f"{part}:{offset}" for offset in range(len(embeddings))]
         yield names, embeddings
 
 
 def _write_embeddings(target: Directory, entity: str, total: int,
-                      partitions: Iterator[tuple[list[str], np.ndarray]], fmt: str) -> str:
+                      partitions: Iterator[tuple[list[str], np.ndarray]], fmt: str) -> None:
+    files = embedding_files(entity, fmt)
     if fmt == "tsv":
-        name = f"embeddings_{entity}.tsv"
-        with target.writing(name) as path, open(path, "wb") as file:
+        with target.writing(files[0]) as path, open(path, "wb") as file:
             for names, embeddings in partitions:
                 columns = [pa.array(names)] + [pa.array(column) for column in embeddings.T]
                 table = pa.Table.from_arrays(columns, names=[str(i) for i in range(len(columns))])
                 pa_csv.write_csv(table, file, TSV)
-        return name
+        return
     if fmt == "h5":
-        name = f"embeddings_{entity}.h5"
-        with target.writing(name) as path, h5py.File(path, "w") as file:
+        with target.writing(files[0]) as path, h5py.File(path, "w") as file:
             for names, embeddings in partitions:
                 _append(file, "embeddings", embeddings.astype(np.float32))
                 _append(file, "names", np.array(names, dtype=h5py.string_dtype()))
-        return name
-    name = f"embeddings_{entity}.npy"
-    with target.writing(name) as path, target.writing(f"names_{entity}.txt") as names_path, \
+        return
+    with target.writing(files[0]) as path, target.writing(files[1]) as names_path, \
             open(names_path, "w", encoding="utf-8") as names_file:
         array = None
         start = 0
@@ -100,7 +127,6 @@ def _write_embeddings(target: Directory, entity: str, total: int,
         if array is not None:
             array.flush()
             del array
-    return name
 
 
 def _append(file: h5py.File, dataset: str, values: np.ndarray) -> None:
@@ -115,20 +141,19 @@ def _append(file: h5py.File, dataset: str, values: np.ndarray) -> None:
 
 
 def _write_relation_parameters(config: ConfigSchema, store: CheckpointStore, version: int,
-                               entity_dir: Directory, target: Directory) -> str:
+                               entity_dir: Directory, target: Directory) -> None:
     """One row per parameter: owner (relation name or entity type), side, name, values."""
     if config.dynamic_relations:
         relation_names = read_relation_names(entity_dir)
     else:
         relation_names = [relation.name for relation in config.relations]
     params, _ = store.read_model(version)
-    name = "relation_parameters.tsv"
-    with target.writing(name) as path, open(path, "w", encoding="utf-8") as file:
+    with target.writing(RELATION_PARAMETERS_FILE) as path, \
+            open(path, "w", encoding="utf-8") as file:
         for public_name, (_, values) in sorted(params.items()):
             for owner, side, parameter, row in _parameter_rows(public_name, values,
                                                                relation_names):
                 file.write("\t".join([owner, side, parameter, *map(repr, row.tolist())]) + "\n")
-    return name
 
 
 def _parameter_rows(public_name: str, values: np.ndarray,

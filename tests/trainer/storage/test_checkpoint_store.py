@@ -279,8 +279,10 @@ def write_raw_embeddings(tmp_path, attrs=None, **datasets):
     ({"embeddings": np.zeros((5, 4))}, {"format_version": 2}, {}, "format_version is 2"),
     ({"embeddings": np.zeros((5, 4))}, {}, {}, "attribute 'format_version' is missing"),
     ({"embeddings": np.zeros((6, 4))}, None, {"num_entities": 5},
-     "has 6 rows but the partition has 5 entities"),
-    ({"embeddings": np.zeros((5, 3))}, None, {"dimension": 4}, "dimension 3, expected 4"),
+     r"has shape \(6, 4\), expected \(5, 4\) \(5 entities, as entity_path counts them\)"),
+    ({"embeddings": np.zeros((5, 3))}, None, {"dimension": 4},
+     r"has shape \(5, 3\), expected \(5, 4\) \(dimension 4\): the checkpoint was trained "
+     r"with dimension 3"),
     ({"embeddings": np.zeros(20)}, None, {}, "must be a 2-D float array"),
     ({"embeddings": np.zeros((5, 4), dtype=np.int32)}, None, {}, "must be a 2-D float array"),
 ])

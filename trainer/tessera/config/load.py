@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -75,17 +77,59 @@ def _read_python_config(location: str) -> dict[str, Any]:
     path = Path(location)
     if not path.is_file():
         raise ConfigError(location, "config file not found")
+    try:
+        raw = _run_python_config(path)
+    except ConfigError:
+        raise
+    except Exception as error:  # the user's code: any error is a mistake in the config
+        raise _python_config_error(path, error) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(location, "get_torchbiggraph_config() must return a dict")
+    return raw
+
+
+def _run_python_config(path: Path) -> Any:
     spec = importlib.util.spec_from_file_location(f"_tessera_config_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     factory = getattr(module, "get_torchbiggraph_config", None)
     if factory is None:
-        raise ConfigError(location, "a Python config must define get_torchbiggraph_config()")
-    raw = factory()
-    if not isinstance(raw, dict):
-        raise ConfigError(location, "get_torchbiggraph_config() must return a dict")
-    return raw
+        raise ConfigError(str(path), "a Python config must define get_torchbiggraph_config()")
+    return factory()
+
+
+def _python_config_error(path: Path, error: Exception) -> ConfigError:
+    """`file, line N: Type: message`, the line being the config's own, not a library's."""
+    line = _line_in_config(path, error)
+    where = f"{path}, line {line}" if line else str(path)
+    if isinstance(error, SyntaxError):
+        return ConfigError(where, f"SyntaxError: {error.msg}; fix the Python config")
+    problem = f"{type(error).__name__}: {error}"
+    if isinstance(error, KeyError) and _raised_by_environ(error):
+        problem += (f" (the environment variable {error.args[0]} is not set: set it, or "
+                    "read it with os.environ.get and a default)")
+    return ConfigError(where, f"the config raised {problem}")
+
+
+def _line_in_config(path: Path, error: Exception) -> int | None:
+    if isinstance(error, SyntaxError) and error.filename and _same_file(error.filename, path):
+        return error.lineno
+    frames = traceback.extract_tb(error.__traceback__)
+    lines = [frame.lineno for frame in frames if _same_file(frame.filename, path)]
+    return lines[-1] if lines else None
+
+
+def _raised_by_environ(error: KeyError) -> bool:
+    """Whether `os.environ[...]` raised it (the os module is frozen: no file to compare)."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    return frame is not None and frame.tb_frame.f_globals.get("__name__") == "os"
+
+
+def _same_file(filename: str, path: Path) -> bool:
+    return os.path.realpath(filename) == os.path.realpath(path)
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version:
             if len(edges) == 0:
                 continue
             lhs_keys, rhs_keys = partition_keys(data, bucket)
-            tables = {key: _read_partition(store, version, key)
+            tables = {key: _read_partition(config, data, store, version, key)
                       for key in set(lhs_keys) | set(rhs_keys)}
             metrics.merge(rank_against_sampled(
                 model, edges, _tables_of(tables, lhs_keys, rhs_keys),
@@ -83,7 +83,7 @@ def _filtered(config: ConfigSchema, data: GraphData, store: CheckpointStore, ver
     all_negs_config = dataclasses.replace(config, relations=[
         dataclasses.replace(relation, all_negs=True) for relation in config.relations])
     model = _load_model(all_negs_config, data, store, version)
-    tables = {entity: torch.cat([_read_partition(store, version, (entity, part))
+    tables = {entity: torch.cat([_read_partition(config, data, store, version, (entity, part))
                                  for part in range(len(counts))])
               for entity, counts in data.entity_counts.items()}
     known = KnownEdges.from_edge_sets([
@@ -153,8 +153,13 @@ def _tables_of(tables: dict[tuple[str, int], torch.Tensor], lhs_keys: list[tuple
     return lambda relation: (tables[lhs_keys[relation]], tables[rhs_keys[relation]])
 
 
-def _read_partition(store: CheckpointStore, version: int, key: tuple[str, int]) -> torch.Tensor:
-    embeddings, _ = store.read_embeddings(key[0], key[1], version)
+def _read_partition(config: ConfigSchema, data: GraphData, store: CheckpointStore,
+                    version: int, key: tuple[str, int]) -> torch.Tensor:
+    """A partition's embeddings, checked against the entity count and the config's dimension."""
+    entity, part = key
+    embeddings, _ = store.read_embeddings(entity, part, version,
+                                          num_entities=data.entity_counts[entity][part],
+                                          dimension=config.entity_dimension(entity))
     return torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
 
 

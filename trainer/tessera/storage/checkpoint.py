@@ -328,12 +328,17 @@ def _embeddings_dataset(file: h5py.File, url: str, num_entities: int | None,
         raise FormatError(url, f"'{EMBEDDINGS_DATASET}' must be a 2-D float array, found "
                                f"shape {dataset.shape} of {dataset.dtype}")
     rows, columns = dataset.shape
-    if num_entities is not None and rows != num_entities:
-        raise FormatError(url, f"'{EMBEDDINGS_DATASET}' has {rows} rows but the partition has "
-                               f"{num_entities} entities")
-    if dimension is not None and columns != dimension:
-        raise FormatError(url, f"'{EMBEDDINGS_DATASET}' has dimension {columns}, expected "
-                               f"{dimension}")
+    expected = (rows if num_entities is None else num_entities,
+                columns if dimension is None else dimension)
+    shapes = f"'{EMBEDDINGS_DATASET}' has shape {dataset.shape}, expected {expected}"
+    if rows != expected[0]:
+        raise FormatError(url, f"{shapes} ({expected[0]} entities, as entity_path counts "
+                               "them): the entity files and this checkpoint come from "
+                               "different imports; use matching entity_path and checkpoint")
+    if columns != expected[1]:
+        raise FormatError(url, f"{shapes} (dimension {expected[1]}): the checkpoint was "
+                               f"trained with dimension {columns}; set dimension {columns} for "
+                               "this entity type, or use a checkpoint of this config")
     return dataset
 
 

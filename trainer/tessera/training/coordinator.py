@@ -34,7 +34,7 @@ from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
 from .graph_data import GraphData, check_edge_paths
 from .hogwild import make_pool
-from .model_checkpoint import load_model, save_model
+from .model_checkpoint import INIT_PATH, load_model, save_model
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder, PartitionKey
 from .schedule import ChunkPosition, TrainingSchedule, TrainingStep, num_edge_chunks
@@ -146,7 +146,7 @@ def build_model_state(config: ConfigSchema, data: GraphData, store: CheckpointSt
     if version > 0:
         load_model(store, version, model, optimizer)
     elif init is not None:
-        load_model(init, None, model, optimizer)
+        load_model(init, None, model, optimizer, origin=INIT_PATH)
     return ModelState(model.share_memory(),
                       optimizer.share_memory() if optimizer is not None else None)
 

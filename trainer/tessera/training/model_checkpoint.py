@@ -18,6 +18,20 @@ from ..model import EmbeddingModel
 from ..storage.checkpoint import CheckpointStore, model_file
 from .optimizers import DenseAdagrad, load_optimizer_state
 
+# The config key a model file was found through: it decides what to advise when the file does
+# not fit the config.
+CHECKPOINT_PATH = "checkpoint_path"
+INIT_PATH = "init_path"
+_REMEDIES = {
+    CHECKPOINT_PATH: "this checkpoint was trained with another config: restore that config "
+                     "(the checkpoint's config.json holds it), or set a new checkpoint_path "
+                     "to train this config from scratch",
+    INIT_PATH: "init_path holds a model of another config: make relations, operators and "
+               "dimensions match it, or drop init_path to start from scratch",
+}
+# Differences listed in the message before the rest are only counted.
+_DIFFERENCES_SHOWN = 3
+
 
 def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
                optimizer: DenseAdagrad | None, metadata: Mapping[str, Any]) -> None:
@@ -33,23 +47,53 @@ def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
 
 
 def load_model(store: CheckpointStore, version: int | None, model: EmbeddingModel,
-               optimizer: DenseAdagrad | None) -> None:
-    """Load parameters (and optimizer state when present and compatible) in place."""
+               optimizer: DenseAdagrad | None, *, origin: str = CHECKPOINT_PATH) -> None:
+    """Load parameters (and optimizer state when present and compatible) in place.
+
+    `origin` is the config key `store` comes from (CHECKPOINT_PATH or INIT_PATH).
+    """
     params, blob = store.read_model(version)
     state = {key: torch.from_numpy(np.asarray(array)) for key, array in params.values()}
     expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    mismatched = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
-    if missing or mismatched:
-        raise FormatError(f"{store.directory.url}/model",
-                          f"the model file does not fit this config (missing: {missing}, "
-                          f"wrong shape: {mismatched}); check relations, operators and "
-                          "dimension, or start without init_path")
+    differences = _differences(model.public_parameter_names(), expected, params)
+    if differences:
+        shown = "; ".join(differences[:_DIFFERENCES_SHOWN])
+        more = len(differences) - _DIFFERENCES_SHOWN
+        raise FormatError(_model_url(store, version),
+                          f"does not fit this config: {shown}"
+                          f"{f' (and {more} more)' if more > 0 else ''}; {_REMEDIES[origin]}")
     model.load_state_dict({key: state[key] for key in expected})
     if optimizer is not None and blob is not None:
-        saved = load_optimizer_state(blob, store.directory.url_of(
-            model_file(store.current_version() if version is None else version)))
+        saved = load_optimizer_state(blob, _model_url(store, version))
         try:
             optimizer.load_state_dict(saved)
         except BadInputError:
             pass  # optimizer state of another model layout: start its accumulators afresh
+
+
+def _model_url(store: CheckpointStore, version: int | None) -> str:
+    """The model file's URL, for messages (`version` None: the committed one)."""
+    return store.directory.url_of(
+        model_file(store.current_version() if version is None else version))
+
+
+def _differences(public_names: Mapping[str, str], expected: Mapping[str, torch.Tensor],
+                 params: Mapping[str, tuple[str, np.ndarray]]) -> list[str]:
+    """What differs between the config's parameters and the file's, by public name.
+
+    Parameters only the file has are listed only next to real differences: alone they are
+    harmless (PBG loads such files too), next to a missing one they say what replaced it.
+    """
+    found = {key: (public, np.shape(array)) for public, (key, array) in params.items()}
+    differences = []
+    for key, tensor in expected.items():
+        shape = tuple(tensor.shape)
+        if key not in found:
+            differences.append(f"{public_names[key]} {shape} is not in the file")
+        elif found[key][1] != shape:
+            differences.append(f"{public_names[key]} has shape {found[key][1]} in the file, "
+                               f"{shape} in this config")
+    if differences:
+        differences += [f"{public} {shape} is in the file but not in this config"
+                        for key, (public, shape) in found.items() if key not in expected]
+    return differences
