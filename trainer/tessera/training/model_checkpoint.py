@@ -77,6 +77,20 @@ def _model_url(store: CheckpointStore, version: int | None) -> str:
         model_file(store.current_version() if version is None else version))
 
 
+def _dimension_change(mismatches: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[str]:
+    """One plain sentence when every mismatched shape differs only in its last axis the same
+    way: the usual cause, a changed `dimension`."""
+    if not mismatches or any(not file or not config or file[:-1] != config[:-1]
+                             for file, config in mismatches):
+        return []
+    changes = {(file[-1], config[-1]) for file, config in mismatches}
+    if len(changes) != 1:
+        return []
+    (in_file, in_config), = changes
+    return [f"the checkpoint was trained with dimension {in_file}, this config has "
+            f"dimension {in_config}"]
+
+
 def _differences(public_names: Mapping[str, str], expected: Mapping[str, torch.Tensor],
                  params: Mapping[str, tuple[str, np.ndarray]]) -> list[str]:
     """What differs between the config's parameters and the file's, by public name.
@@ -85,7 +99,9 @@ def _differences(public_names: Mapping[str, str], expected: Mapping[str, torch.T
     harmless (PBG loads such files too), next to a missing one they say what replaced it.
     """
     found = {key: (public, np.shape(array)) for public, (key, array) in params.items()}
-    differences = []
+    differences = _dimension_change(
+        [(found[key][1], tuple(tensor.shape)) for key, tensor in expected.items()
+         if key in found and found[key][1] != tuple(tensor.shape)])
     for key, tensor in expected.items():
         shape = tuple(tensor.shape)
         if key not in found:
