@@ -36,6 +36,7 @@ PODS_PENDING = "PodsPending"
 PODS_STOPPED = "PodsStopped"
 POD_FAILED = "PodFailed"
 POD_VANISHED = "PodVanished"
+POD_DELETED = "PodDeleted"  # deleted by someone else (a user, a drain, an eviction)
 SPEC_CHANGED = "SpecChanged"
 SPEC_FIXED = "SpecFixed"
 NEW_RUN = "NewRun"
@@ -49,7 +50,7 @@ BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 TTL_EXPIRED = "TTLExpired"
 # Restarts that count against runPolicy.backoffLimit (others were asked for).
-FAILURE_REASONS = (POD_FAILED, POD_VANISHED)
+FAILURE_REASONS = (POD_FAILED, POD_VANISHED, POD_DELETED)
 
 
 def format_time(moment: datetime) -> str:

@@ -344,11 +344,21 @@ def status_schema() -> Schema:
             "epochs": _string("`epoch/numEpochs`, for display."),
             "bucketsDone": _integer("Buckets trained in the current epoch.", minimum=0),
             "bucketsTotal": _integer("Buckets in an epoch (all edge sets).", minimum=0),
-            "percentComplete": _string("Share of the run's buckets done (e.g. `42%`), for "
-                                       "display."),
+            "chunksDone": _integer("Edge chunks of the whole run committed (one checkpoint "
+                                   "each: epochs x edge paths x num_edge_chunks in all).",
+                                   minimum=0),
+            "chunksTotal": _integer("Edge chunks of the whole run.", minimum=0),
+            "percentComplete": _string("Share of the whole run done (e.g. `42%`), for display: "
+                                       "the most of the committed chunks, the epochs before "
+                                       "the current one and the trainer's own count."),
+            "eta": _string("Time left (e.g. `4m10s`) as of updateTime, for display."),
+            "estimatedCompletionTime": _timestamp(
+                "When training should finish, at the rate measured last."),
             "edgesPerSecond": _number("Recent training throughput of the whole job."),
             "loss": _number("Mean loss of the last trained bucket."),
             "updateTime": _timestamp("When the trainers last reported."),
+            "readError": _string("Why the last read of the trainer's progress failed; the "
+                                 "other fields keep their last known values meanwhile."),
         }),
         "metrics": _object("Metrics of the last evaluation on held-out edges.", {
             "mrr": _number("Mean reciprocal rank."),
@@ -374,6 +384,7 @@ PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Epoch", "type": "string", "jsonPath": ".status.progress.epochs"},
     {"name": "Progress", "type": "string", "jsonPath": ".status.progress.percentComplete"},
+    {"name": "ETA", "type": "string", "jsonPath": ".status.progress.eta"},
     {"name": "MRR", "type": "number", "jsonPath": ".status.metrics.mrr"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -17,8 +17,9 @@ that applies decides:
 7. `suspend` deletes the pods; lifting it resumes from the checkpoint;
 8. a run past `activeDeadlineSeconds` fails;
 9. a run whose pods are not created yet gets them (after the back-off delay of a restart);
-10. a failed or vanished pod restarts the run (exit code 65, bad input, fails the job at
-    once; `backoffLimit` restarts at most, with exponential back-off);
+10. a failed, vanished or terminating pod restarts the run (exit code 65, bad input, fails
+    the job at once; `backoffLimit` restarts at most, with exponential back-off); a pod that
+    someone else is deleting is as good as gone, even while its grace period lasts;
 11. trainers that all succeeded make the job succeed;
 12. otherwise: wait.
 
@@ -40,8 +41,8 @@ from enum import Enum
 
 from . import conditions as cond
 from .job import JobView
-from .labels import Role, expected_pods
-from .pods import FAILED, SUCCEEDED, ObservedPod
+from .labels import Role, expected_pods, pod_name
+from .pods import FAILED, PENDING, SUCCEEDED, ObservedPod
 from .progress import TrainingProgress
 from .redaction import redact
 from .run_config import RunPlan, first_plan, restarted_plan, retraining_plan
@@ -282,8 +283,7 @@ def _pod_failure(s: Situation) -> Action | None:
     broken = _first_broken_pod(s)
     if broken is None:
         return None
-    pod, reason = broken
-    explanation = pod.explanation() if pod.phase == FAILED else f"{pod.name} disappeared"
+    pod, reason, explanation = broken
     if pod.exit_code == EXIT_BAD_INPUT:
         return Action(ActionKind.FAIL, cond.BAD_INPUT, f"bad input, not retried: {explanation}",
                       delete_pods=s.deletable(s.current, active_only=True))
@@ -299,14 +299,20 @@ def _pod_failure(s: Situation) -> Action | None:
                   restarted_plan(s.job.plan) if s.job.plan else None, s.deletable(s.current))
 
 
-def _first_broken_pod(s: Situation) -> tuple[ObservedPod, str] | None:
+def _first_broken_pod(s: Situation) -> tuple[ObservedPod, str, str] | None:
+    """The first expected pod that will not finish its part, the reason and why."""
     by_name = {pod.name: pod for pod in s.current}
     for name, (role, _) in expected_pods(s.job.ref.name, s.spec).items():
         pod = by_name.get(name)
         if pod is None:
-            return ObservedPod(name, role, s.job.run, "Vanished"), cond.POD_VANISHED
+            return (ObservedPod(name, role, s.job.run, "Vanished"), cond.POD_VANISHED,
+                    f"{name} disappeared")
         if pod.phase == FAILED:
-            return pod, cond.POD_FAILED
+            return pod, cond.POD_FAILED, pod.explanation()
+        if pod.deleting and not pod.finished:
+            # The operator deletes current pods only when it ends or replaces the run, which
+            # earlier rules handle; so someone else is deleting this one.
+            return pod, cond.POD_DELETED, f"{name} is being deleted"
     return None
 
 
@@ -320,6 +326,19 @@ def _success(s: Situation) -> Action | None:
     saved = f"checkpoint version {version} in {where}" if version else f"checkpoints in {where}"
     return Action(ActionKind.SUCCEED, cond.TRAINING_FINISHED, f"training finished: {saved}",
                   delete_pods=s.deletable(s.current, active_only=True))
+
+
+def progress_pod(job: JobView, pods: Sequence[ObservedPod]) -> str | None:
+    """The pod whose log tells the current run's progress, when reading it can tell
+    something new: the current run's first trainer once it has started, and nothing once
+    the job has finished (its status already holds the end). A trainer left over from an
+    earlier run speaks of that run's checkpoints, not this one's."""
+    if job.finished:
+        return None
+    trainer = pod_name(job.ref.name, Role.TRAINER, 0)
+    started = any(pod.name == trainer and pod.run == job.run and pod.phase != PENDING
+                  for pod in pods)
+    return trainer if started else None
 
 
 def _keep_waiting(s: Situation) -> Action:

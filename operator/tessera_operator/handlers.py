@@ -15,6 +15,7 @@ a kubeconfig outside it); only `aiohttp`, which kopf itself uses, is needed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -25,19 +26,21 @@ import kopf
 
 from .children import children
 from .crd import GROUP, KIND, PLURAL
-from .decisions import ActionKind, next_action
+from .decisions import ActionKind, next_action, progress_pod
 from .job import view_job
-from .labels import LABEL_JOB, Role, job_selector, pod_name
-from .pods import PENDING, observe_pod
-from .progress import TrainingProgress, parse_progress
+from .labels import LABEL_JOB, job_selector
+from .pods import observe_pod
+from .progress import TrainingProgress, log_read_failure, parse_progress
 from .spec import API_VERSION
 from .status import desired_status, status_patch
 
 VERSION = API_VERSION.split("/")[1]
 RECONCILE_INTERVAL = 10.0
 LOG_TAIL_LINES = 200
+LOG_READ_SECONDS = 10.0  # a log read that takes longer is given up until the next reconcile
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
 
+_log = logging.getLogger(__name__)
 _connection: list[kopf.ConnectionInfo] = []  # the latest login; kopf re-logs in on 401
 
 
@@ -56,6 +59,14 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # namespaces and CRDs, which the operator's least-privilege RBAC does not allow.
     settings.scanning.disabled = True
     memo.wakeups = {}  # (namespace, name) -> the asyncio.Event that wakes the job's daemon
+
+
+class ApiError(kopf.TemporaryError):
+    """An error status from the API server (`status` says which)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message, delay=5)
+        self.status = status
 
 
 class KubeApi:
@@ -85,8 +96,8 @@ class KubeApi:
             if response.status in ok:
                 return None
             if response.status >= 400:
-                raise kopf.TemporaryError(
-                    f"{method} {path}: {response.status} {await response.text()}", delay=5)
+                raise ApiError(response.status,
+                               f"{method} {path}: {response.status} {await response.text()}")
             if response.content_type == "application/json":
                 return await response.json()
             return await response.text()
@@ -159,7 +170,7 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
     listed = await api.call("GET", f"/api/v1/namespaces/{namespace}/pods",
                             params={"labelSelector": job_selector(name)})
     pods = [observe_pod(pod) for pod in listed.get("items") or []]
-    progress = await _trainer_progress(api, namespace, name, view.run, pods)
+    progress = await _trainer_progress(api, namespace, progress_pod(view, pods))
     now = datetime.now(timezone.utc)
     action = next_action(view, pods, now, progress)
     status = desired_status(view, pods, progress, action, now)
@@ -182,17 +193,26 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
     return action.requeue_after
 
 
-async def _trainer_progress(api: KubeApi, namespace: str, name: str, run: int,
-                            pods: list[Any]) -> TrainingProgress | None:
-    """What the log tail of the current run's first trainer says (None: it has no log yet;
-    a trainer left over from an earlier run speaks of that run's checkpoints, not this one's)."""
-    trainer = pod_name(name, Role.TRAINER, 0)
-    if not any(pod.name == trainer and pod.run == run and pod.phase != PENDING
-               for pod in pods):
+async def _trainer_progress(api: KubeApi, namespace: str,
+                            trainer: str | None) -> TrainingProgress | None:
+    """What the log tail of `trainer` says (None: nothing to read, or no log yet). Reading
+    it never fails the reconcile: the phase, restarts, deadlines and TTLs must follow the
+    pods whatever the API server's route to the kubelet does, so a failed read becomes a
+    progress that says why it is unavailable."""
+    if trainer is None:
         return None
-    text = await api.call("GET", f"/api/v1/namespaces/{namespace}/pods/{trainer}/log",
-                          params={"tailLines": str(LOG_TAIL_LINES)}, ok=(400, 404))
-    return None if text is None else parse_progress(str(text).splitlines())
+    try:
+        text = await asyncio.wait_for(api.call(
+            "GET", f"/api/v1/namespaces/{namespace}/pods/{trainer}/log",
+            params={"tailLines": str(LOG_TAIL_LINES)}, ok=(400, 404)), LOG_READ_SECONDS)
+    except asyncio.TimeoutError:
+        why = log_read_failure(None, f"no answer in {LOG_READ_SECONDS:.0f} s")
+    except Exception as problem:  # whatever went wrong, the lifecycle goes on without it
+        why = log_read_failure(getattr(problem, "status", None), type(problem).__name__)
+        _log.warning("reading the log of %s/%s failed: %s", namespace, trainer, problem)
+    else:
+        return None if text is None else parse_progress(str(text).splitlines())
+    return TrainingProgress.unreadable(why)
 
 
 async def _create(api: KubeApi, namespace: str, manifest: Mapping[str, Any]) -> None:

@@ -2,16 +2,19 @@
 
 Design: the numbers in a job's status (epoch, edges/s, loss, MRR, checkpoint version) come
 from the trainer's own log, which `tessera train --log-format json` writes as one JSON object
-per line on stderr: `{"progress": "train", "done", "total", "rate", "epoch": "3/50", "loss",
-"mrr", "time"}` at most every few seconds, and events such as `{"event": "training finished",
-"checkpoint_version", "edges_per_s"}`. The operator reads the tail of the first trainer's log
-through the API (`pods/log`) and folds its records here, later records overriding earlier
-ones. The alternatives were worse: reading `checkpoint_version.txt` and `training_stats.json`
-from object storage would give the operator storage credentials and a storage client for
-every scheme fsspec knows, against least privilege; a progress endpoint served by the pods
-would need a port open to the operator, a Service and a NetworkPolicy exception. The log is
-already there, is what a human reads with `kubectl logs`, and keeps the pods without any
-inbound access. What a tail does not show (it is bounded) keeps the value the status had.
+per line on stderr: `{"progress": "train", "done", "total", "rate", "eta_s", "epoch": "3/50",
+"loss", "mrr", "time"}` at most every few seconds, and events such as `{"event": "checkpoint
+committed", "checkpoint_version", "epoch", "chunks_done", "chunks_total"}` after every commit
+and `{"event": "training finished", "checkpoint_version", "edges_per_s"}`. The operator reads
+the tail of the first trainer's log through the API (`pods/log`) and folds its records here,
+later records overriding earlier ones. The alternatives were worse: reading
+`checkpoint_version.txt` and `training_stats.json` from object storage would give the operator
+storage credentials and a storage client for every scheme fsspec knows, against least
+privilege; a progress endpoint served by the pods would need a port open to the operator, a
+Service and a NetworkPolicy exception. The log is already there, is what a human reads with
+`kubectl logs`, and keeps the pods without any inbound access. What a tail does not show (it
+is bounded) keeps the value the status had, and so does a read that fails: progress is never
+allowed to hold up the job's lifecycle.
 
 Parsing is lenient: a line that is not a JSON object, a record of another task, a field of
 the wrong type are skipped, since a log is not an API and a malformed line must not stop
@@ -35,7 +38,10 @@ METRIC_NAMES = {"mrr": "mrr", "hits@1": "hitsAt1", "hits@10": "hitsAt10",
 
 @dataclass(frozen=True)
 class TrainingProgress:
-    """What the trainer last said about its run; None where it has not said it."""
+    """What the trainer last said about its run; None where it has not said it.
+
+    `unavailable` says why the log could not be read this time; everything else is then
+    unknown, and the status keeps what it showed (see `status`)."""
 
     epoch: int | None = None
     num_epochs: int | None = None
@@ -47,17 +53,56 @@ class TrainingProgress:
     buckets_done: int | None = None
     buckets_total: int | None = None
     checkpoint_version: int | None = None
+    chunks_done: int | None = None  # edge chunks of the whole run committed, from commits
+    chunks_total: int | None = None
+    estimated_completion: float | None = None  # Unix time, from the freshest measured rate
     finished: bool = False
     time: float | None = None
+    unavailable: str | None = None
+    # (time, chunks_done) of the first commit seen: with a later one, it measures the rate.
+    first_commit: tuple[float, int] | None = None
+
+    @classmethod
+    def unreadable(cls, why: str) -> TrainingProgress:
+        return cls(unavailable=why)
 
     @property
     def fraction_done(self) -> float | None:
-        """Share of this trainer's work done (1 once training finished)."""
+        """Share of this trainer's work done (1 once training finished); the edge counts are
+        those of this trainer process, so a resumed run's share of the whole run is more
+        (see `run_fraction`)."""
         if self.finished:
             return 1.0
         if self.edges_done is None or not self.edges_total:
             return None
         return min(self.edges_done / self.edges_total, 1.0)
+
+
+def run_fraction(edges_fraction: float | None, chunks_done: int | None,
+                 chunks_total: int | None, epoch: int | None,
+                 num_epochs: int | None) -> float | None:
+    """The share of the whole run done, as the largest of what is known to be done: a
+    process's edge share (a resumed process counts only its own part, so it is a lower
+    bound), the committed chunks, and the epochs before the one in training. Taking the
+    largest keeps the percentage consistent with the epoch whichever was reported last."""
+    candidates = [edges_fraction]
+    if chunks_done is not None and chunks_total:
+        candidates.append(chunks_done / chunks_total)
+    if epoch and num_epochs:
+        candidates.append((epoch - 1) / num_epochs)
+    known = [value for value in candidates if value is not None]
+    return min(max(known), 1.0) if known else None
+
+
+def log_read_failure(status: int | None, error: str) -> str:
+    """Why a log read failed, in the words of the status message: the API server's status
+    (500/502/503 when it cannot reach the kubelet, 403 when the log permission is
+    missing), or the error when there was none."""
+    if status == 403:
+        return "pod log read refused (HTTP 403): the operator's role needs get on pods/log"
+    if status is not None:
+        return f"pod log read failed (HTTP {status})"
+    return f"pod log read failed ({error})"
 
 
 def json_record(line: str) -> dict[str, Any] | None:
@@ -93,8 +138,10 @@ def fold_record(progress: TrainingProgress, record: Mapping[str, Any]) -> Traini
                                 edges_per_second="rate"))
     changes.update(_numbers(record, edges_per_second="edges_per_s", loss="loss", time="time"))
     changes.update(_integers(record, checkpoint_version="checkpoint_version",
-                             buckets_done="buckets_done", buckets_total="buckets_total"))
+                             buckets_done="buckets_done", buckets_total="buckets_total",
+                             chunks_done="chunks_done", chunks_total="chunks_total"))
     changes.update(_epoch(record.get("epoch")))
+    changes.update(_completion(progress, record, task == TRAIN_TASK, changes))
     changes.update(_loss_of_bucket(record))
     metrics = {**progress.metrics, **_metrics(record),
                **_metrics(record.get("eval_stats_after") or {}), **_metrics(_eval_fields(record))}
@@ -103,6 +150,26 @@ def fold_record(progress: TrainingProgress, record: Mapping[str, Any]) -> Traini
     if record.get("event") == FINISHED_EVENT:
         changes["finished"] = True
     return dataclasses.replace(progress, **changes)
+
+
+def _completion(progress: TrainingProgress, record: Mapping[str, Any], is_progress: bool,
+                changes: Mapping[str, Any]) -> dict[str, Any]:
+    """When the run will end, from the rate measured up to this record: a progress record
+    carries the trainer's own estimate (`eta_s`, from its edges per second); two commits
+    give the rate of chunks. The later record's estimate is the fresher one."""
+    moment = changes.get("time")
+    if moment is None:
+        return {}
+    if is_progress and _is_number(record.get("eta_s")):
+        return {"estimated_completion": moment + float(record["eta_s"])}
+    done, total = changes.get("chunks_done"), changes.get("chunks_total")
+    if done is None or not total:
+        return {}
+    first = progress.first_commit
+    if first is None or done <= first[1] or moment <= first[0]:
+        return {"first_commit": (moment, done)}
+    rate = (done - first[1]) / (moment - first[0])
+    return {"estimated_completion": moment + (total - done) / rate}
 
 
 def _numbers(record: Mapping[str, Any], **names: str) -> dict[str, float]:

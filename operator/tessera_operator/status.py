@@ -27,7 +27,7 @@ from .decisions import Action, ActionKind
 from .job import JobView
 from .labels import Role, expected_pods
 from .pods import SUCCEEDED, ObservedPod
-from .progress import TrainingProgress
+from .progress import TrainingProgress, run_fraction
 
 READY_POD_KEYS = {Role.TRAINER: "trainers", Role.PARTITION_SERVER: "partitionServers",
                   Role.LOCK_SERVER: "lockServer"}
@@ -46,14 +46,17 @@ def desired_status(job: JobView, pods: Sequence[ObservedPod], progress: Training
                    action: Action, now: datetime) -> dict[str, Any]:
     """The whole status (the keys of OWN_KEYS that have a value) after `action`."""
     conditions = _conditions(job, pods, action, now)
+    told = _progress(job, progress, action)
     status: dict[str, Any] = {
         "phase": cond.derive_phase(conditions),
-        "message": cond.phase_message(conditions),
+        "message": "; ".join(part for part in (cond.phase_message(conditions),
+                                               _unavailable_note(told["progress"] or {}))
+                             if part),
         "observedGeneration": job.generation,
         "conditions": conditions,
         **_bookkeeping(job, action, now, _finished(conditions)),
         "readyPods": _ready_pods(job, pods, action) or None,
-        **_progress(job, progress, action),
+        **told,
     }
     return {key: value for key, value in status.items() if value is not None}
 
@@ -216,8 +219,13 @@ def _progress(job: JobView, progress: TrainingProgress | None,
     if seen.checkpoint_version is not None:
         checkpoint["version"] = seen.checkpoint_version
     metrics.update(seen.metrics)
-    return {"progress": _progress_fields(job, before, seen, action) or None,
-            "metrics": metrics or None, "checkpoint": checkpoint or None}
+    fields = _progress_fields(job, before, seen, action)
+    if seen.unavailable is not None:
+        fields["readError"] = seen.unavailable
+    elif progress is not None:
+        fields.pop("readError", None)  # the log was read: what it says is current
+    return {"progress": fields or None, "metrics": metrics or None,
+            "checkpoint": checkpoint or None}
 
 
 def _progress_fields(job: JobView, before: Mapping[str, Any], seen: TrainingProgress,
@@ -225,20 +233,71 @@ def _progress_fields(job: JobView, before: Mapping[str, Any], seen: TrainingProg
     fields = dict(before)
     if job.spec is not None:
         fields["numEpochs"] = job.spec.config.num_epochs
-    fraction = 1.0 if action.kind is ActionKind.SUCCEED else seen.fraction_done
+    succeeded = action.kind is ActionKind.SUCCEED
     updates = {
-        "epoch": fields.get("numEpochs") if action.kind is ActionKind.SUCCEED else seen.epoch,
+        "epoch": fields.get("numEpochs") if succeeded else seen.epoch,
         "bucketsDone": seen.buckets_done, "bucketsTotal": seen.buckets_total,
+        "chunksDone": seen.chunks_done, "chunksTotal": seen.chunks_total,
         "edgesPerSecond": seen.edges_per_second, "loss": seen.loss,
-        "percentComplete": None if fraction is None else f"{100 * fraction:.0f}%",
-        "updateTime": None if seen.time is None else cond.format_time(
-            datetime.fromtimestamp(seen.time, timezone.utc)),
+        "updateTime": _time(seen.time),
     }
     fields.update({key: value for key, value in updates.items() if value is not None})
+    fraction = 1.0 if succeeded else _run_fraction(fields, seen)
+    if fraction is not None:
+        fields["percentComplete"] = f"{100 * fraction:.0f}%"
+    fields.update(_eta(seen, action))
+    if action.kind in _STOPPING:  # no pods, no estimate; the next run's trainer makes one
+        fields.pop("eta", None)
+        fields.pop("estimatedCompletionTime", None)
     if "numEpochs" in fields:
         fields.setdefault("epoch", 0)
         fields["epochs"] = f"{fields['epoch']}/{fields['numEpochs']}"
     return fields
+
+
+def _run_fraction(fields: Mapping[str, Any], seen: TrainingProgress) -> float | None:
+    """The share done, when this read said where the run is (else the shown one stays: a
+    tail without a progress record must not lower it)."""
+    if seen.fraction_done is None and seen.chunks_done is None and seen.epoch is None:
+        return None
+    return run_fraction(seen.fraction_done, fields.get("chunksDone"), fields.get("chunksTotal"),
+                        fields.get("epoch"), fields.get("numEpochs"))
+
+
+def _eta(seen: TrainingProgress, action: Action) -> dict[str, Any]:
+    if seen.estimated_completion is None or seen.time is None or action.kind in _STOPPING:
+        return {}
+    return {"eta": format_duration(seen.estimated_completion - seen.time),
+            "estimatedCompletionTime": _time(seen.estimated_completion)}
+
+
+def _time(unix: float | None) -> str | None:
+    return None if unix is None else cond.format_time(datetime.fromtimestamp(unix, timezone.utc))
+
+
+def format_duration(seconds: float) -> str:
+    """`45s`, `4m10s`, `2h5m`, `3d4h`: the two largest units, as kubectl shows ages."""
+    whole = max(int(round(seconds)), 0)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    units = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    first = next((index for index, (value, _) in enumerate(units) if value), len(units) - 1)
+    return "".join(f"{value}{unit}" for value, unit in units[first:first + 2]
+                   if value or unit == units[first][1])
+
+
+def _unavailable_note(fields: Mapping[str, Any]) -> str:
+    """Why the progress shown may be stale, and how old it is (empty: it is current)."""
+    problem = fields.get("readError")
+    if not problem:
+        return ""
+    if "updateTime" not in fields:
+        return f"progress unavailable: {problem}; none reported yet"
+    known = ", ".join(part for part in (
+        f"epoch {fields['epochs']}" if "epochs" in fields else "",
+        fields.get("percentComplete", ""), f"reported at {fields['updateTime']}") if part)
+    return f"progress unavailable: {problem}; last known: {known}"
 
 
 # --- writing ----------------------------------------------------------------------------------

@@ -12,13 +12,17 @@ graceful deletion of pods bound to a node (their kubelet finishes it), garbage c
 ownerReferences, `pods/binding`, and `pods/log` from a source a kubelet registers.
 
 `ApiServer` runs one on 127.0.0.1 in a thread of its own; tests talk to it over HTTP (as
-kubectl would, see `kube_client`) and read an object's whole history through `history`.
+kubectl would, see `kube_client`) and read an object's whole history through `history`. A
+test may break the route to the kubelet's logs (`fail_logs`: pods/log answers as an API
+server does when the kubelet is unreachable or the caller may not read logs) and count the
+reads the server answered (`reads`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import copy
 import threading
@@ -53,6 +57,7 @@ NAMESPACES = kmock.resource("", "v1", "namespaces")
 SECRETS = kmock.resource("", "v1", "secrets")
 CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 DEFAULT_POD_GRACE_SECONDS = 30
+KUBELET_PORT = 10250
 START_TIMEOUT_SECONDS = 30.0
 
 
@@ -77,6 +82,21 @@ def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
                                  details={"causes": [{"message": message}]})
 
 
+def _log_fault(status: int, pod: dict[str, Any]) -> kmock.KubernetesError:
+    """What a real API server answers for pods/log when it cannot give the log."""
+    metadata = pod["metadata"]
+    if status == 403:
+        return _error(403, "Forbidden", f'pods "{metadata["name"]}" is forbidden: User '
+                      '"system:serviceaccount:tessera-system:tessera" cannot get resource '
+                      f'"pods/log" in API group "" in the namespace "{metadata["namespace"]}"')
+    node = pod.get("status", {}).get("hostIP", "127.0.0.1")
+    reason = {500: "InternalError", 502: "BadGateway", 503: "ServiceUnavailable"}.get(
+        status, "InternalError")
+    return _error(status, reason, f'Get "https://{node}:{KUBELET_PORT}/containerLogs/'
+                  f'{metadata["namespace"]}/{metadata["name"]}": dial tcp {node}:'
+                  f'{KUBELET_PORT}: connect: connection refused')
+
+
 @dataclass(frozen=True)
 class Change:
     """One write, as watches replay it."""
@@ -95,6 +115,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
     # (namespace, pod name) -> the text of the pod's log, registered by a kubelet.
     log_sources: dict[tuple[str, str], Callable[[], str]] = attrs.field(factory=dict,
                                                                        init=False)
+    # The status pods/log answers with instead of the log (None: the log), and how many
+    # reads of each object (and of each pod's log) the server answered.
+    log_fault: int | None = attrs.field(default=None, init=False)
+    reads: collections.Counter[tuple[str, str, str]] = attrs.field(
+        factory=collections.Counter, init=False)  # (plural, subresource, name)
     _revision: int = attrs.field(default=0, init=False)
     _closing: bool = attrs.field(default=False, init=False)
     _changes: list[Change] = attrs.field(factory=list, init=False)
@@ -151,10 +176,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return found
 
     async def _serve_fetch(self, request: kmock.Request) -> Any:
+        self._count(request)
         return self._current(self._key(request)) or self._not_found(request)
 
     async def _serve_log(self, request: kmock.Request) -> kmock.Response:
-        self._current(self._key(request)) or self._not_found(request)
+        self._count(request)
+        pod = self._current(self._key(request)) or self._not_found(request)
+        if self.log_fault is not None:
+            raise _log_fault(self.log_fault, pod)
         source = self.log_sources.get((request.namespace or "", request.name or ""))
         if source is None:
             raise _error(400, "BadRequest", f"container of pod {request.name!r} has not "
@@ -413,6 +442,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     # --- lookups ------------------------------------------------------------------------------
 
+    def _count(self, request: kmock.Request) -> None:
+        plural = request.resource.plural if request.resource else ""
+        self.reads[(plural or "", request.subresource or "", request.name or "")] += 1
+
     def _info(self, request: kmock.Request) -> kmock.ResourceInfo:
         if request.resource is None or request.resource not in self.resources:
             raise _error(404, "NotFound", f"the server could not find the requested resource "
@@ -485,6 +518,21 @@ class ApiServer:
             return self.emulator.history(resource, namespace, name)
 
         return self.call(read())
+
+    def fail_logs(self, status: int | None) -> None:
+        """Answer pods/log with this error status from now on (None: serve logs again)."""
+        async def set_fault() -> None:
+            self.emulator.log_fault = status
+
+        self.call(set_fault())
+
+    def reads(self, resource: kmock.resource, name: str, subresource: str = "") -> int:
+        """How many GETs of the object (or of its `subresource`, such as `log`) were
+        answered, successfully or not."""
+        async def count() -> int:
+            return self.emulator.reads[(resource.plural or "", subresource, name)]
+
+        return self.call(count())
 
     def stop(self) -> None:
         self.call(self.emulator.end_watches())

@@ -9,8 +9,10 @@ SIGTERM, SIGKILL after its grace period (at most `MAX_GRACE_SECONDS` here), and 
 deleted for good. The container's output is the pod's log, which the API serves from the
 source the kubelet registers with the emulator.
 
-Tests may crash a container (`kill`) and read every log a pod name had (`logs`). All of it runs
-on an event loop in a thread of its own; the public methods are safe to call from the test.
+Tests may crash a container (`kill`), read every log a pod name had (`logs`), and leave pods
+stuck terminating (`hold_deletions`: what a node whose kubelet is hung or cut off does, until
+`release_deletions`). All of it runs on an event loop in a thread of its own; the public
+methods are safe to call from the test.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Kubelet:
         self._containers: dict[str, Container] = {}  # by pod uid
         self._handled: set[str] = set()  # uids of pods started (or being started)
         self._terminating: set[str] = set()  # uids of pods being stopped for deletion
+        self._held: list[dict[str, Any]] | None = None  # pods left terminating, when held
         self._tasks: set[asyncio.Task[None]] = set()
         self._addresses: dict[str, str] = {}
         self._logs: dict[str, list[Path]] = {}
@@ -107,6 +110,22 @@ class Kubelet:
             return False
 
         return asyncio.run_coroutine_threadsafe(send(), self.loop).result(CALL_TIMEOUT_SECONDS)
+
+    def hold_deletions(self) -> None:
+        """Leave pods marked for deletion running, as a node that does not answer does."""
+        async def hold() -> None:
+            self._held = []
+
+        asyncio.run_coroutine_threadsafe(hold(), self.loop).result(CALL_TIMEOUT_SECONDS)
+
+    def release_deletions(self) -> None:
+        """Stop the held pods now, and later ones as they come."""
+        async def release() -> None:
+            held, self._held = self._held or [], None
+            for pod in held:
+                self._background(self._terminate(pod))
+
+        asyncio.run_coroutine_threadsafe(release(), self.loop).result(CALL_TIMEOUT_SECONDS)
 
     def logs(self, pod: str) -> list[str]:
         """The log of every container a pod of this name ran, oldest first."""
@@ -145,7 +164,10 @@ class Kubelet:
         elif pod["metadata"].get("deletionTimestamp"):
             if uid not in self._terminating:
                 self._terminating.add(uid)
-                self._background(self._terminate(pod))
+                if self._held is not None:
+                    self._held.append(pod)
+                else:
+                    self._background(self._terminate(pod))
         elif not pod["spec"].get("nodeName"):
             await self._bind(pod)
         elif pod["spec"]["nodeName"] == self.node_name and uid not in self._handled and \

@@ -14,7 +14,17 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import JOB_API, JOB_KIND, JOB_SECONDS, REPO, STATUS_SECONDS, Cluster, TrainingData
+from e2e.cluster import (
+    JOB_API,
+    JOB_KIND,
+    JOB_SECONDS,
+    JOBS,
+    REPO,
+    STATUS_SECONDS,
+    Cluster,
+    TrainingData,
+)
+from e2e.kube_api import PODS
 from e2e.kube_client import ApiError, KubeClient, eventually
 from e2e.trainer_log import COMMITTED, committed_versions
 
@@ -39,6 +49,15 @@ def test_a_job_trains_to_success_and_deleting_it_keeps_the_checkpoints(
                        STATUS_SECONDS)
     cluster.resume(TRAINER)
     finished = cluster.wait_for_phase("umls", "Succeeded", JOB_SECONDS)
+    # A finished job reads no more logs: wake the operator, let it reconcile twice (two reads
+    # of the job, which this test does not read meanwhile), and count the log reads.
+    log_reads, job_reads = cluster.api.reads(PODS, TRAINER, "log"), cluster.api.reads(JOBS,
+                                                                                      "umls")
+    cluster.kube.patch(JOB_API, JOB_KIND, "umls",
+                       {"metadata": {"annotations": {"example.com/touched": "yes"}}})
+    eventually(lambda: cluster.api.reads(JOBS, "umls") >= job_reads + 2,
+               "two reconciles after success", STATUS_SECONDS)
+    assert cluster.api.reads(PODS, TRAINER, "log") == log_reads
 
     assert cluster.phases("umls") == ["Pending", "Running", "Succeeded"]
     while_running = [status for status in cluster.statuses("umls")

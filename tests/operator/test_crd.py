@@ -123,7 +123,7 @@ def test_crd_names_and_columns():
     (version,) = spec["versions"]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Epoch", "Progress", "MRR", "Age"]
+    assert columns == ["Phase", "Epoch", "Progress", "ETA", "MRR", "Age"]
 
 
 @pytest.mark.parametrize("column", crd.PRINTER_COLUMNS[:-1], ids=lambda column: column["name"])
@@ -347,10 +347,10 @@ def test_running_status_is_accepted_and_unknown_status_fields_are_not():
     job["status"] = copy.deepcopy(RUNNING_STATUS)
     assert errors(job) == []
     job["status"]["phase"] = "Training"
-    job["status"]["progress"]["eta"] = "1h"
+    job["status"]["progress"]["remaining"] = "1h"
     found = sorted(errors(job))
     assert len(found) == 2
-    assert "'Training' is not one of" in found[0] and "'eta' was unexpected" in found[1]
+    assert "'Training' is not one of" in found[0] and "'remaining' was unexpected" in found[1]
 
 
 def test_generator_needs_no_torch():

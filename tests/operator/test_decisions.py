@@ -12,7 +12,7 @@ import pytest
 from operator_support import START, job_object, pod_object
 
 from tessera_operator import conditions as cond
-from tessera_operator.decisions import ActionKind, next_action, restart_delay
+from tessera_operator.decisions import ActionKind, next_action, progress_pod, restart_delay
 from tessera_operator.job import JobView, view_job
 from tessera_operator.pods import ObservedPod, observe_pod
 from tessera_operator.progress import parse_progress
@@ -134,7 +134,19 @@ ROWS = [
         says="entity_path: no entity counts found"),
     Row("vanished pod: restart", recorded_job(), [], kind=ActionKind.RESTART,
         reason=cond.POD_VANISHED, run=2, says=f"{TRAINER} disappeared"),
-    Row("pod being deleted by someone: wait for it", recorded_job(), [pod(deleting=True)]),
+    Row("pod being deleted by someone: restart, it is as good as gone", recorded_job(),
+        [pod(deleting=True)], kind=ActionKind.RESTART, reason=cond.POD_DELETED, run=2,
+        checkpoint=CHECKPOINTS, says=f"{TRAINER} is being deleted; restart 1 of 2 in 10 s"),
+    Row("pod being deleted at backoffLimit: fail", recorded_job(restarts=2),
+        [pod(deleting=True)], kind=ActionKind.FAIL, reason=cond.BACKOFF_LIMIT_EXCEEDED,
+        says=f"{TRAINER} is being deleted; backoffLimit (2) reached"),
+    Row("finished pod being deleted: its exit code decides", recorded_job(),
+        [pod(deleting=True, **FAILED_65)], kind=ActionKind.FAIL, reason=cond.BAD_INPUT),
+    Row("succeeded trainer being deleted: success", recorded_job(),
+        [pod(deleting=True, phase="Succeeded", exit_code=0)], kind=ActionKind.SUCCEED,
+        reason=cond.TRAINING_FINISHED),
+    Row("suspended job, pod being deleted: wait for it", recorded_job(
+        policy={"suspend": True}, states=SUSPENDED), [pod(deleting=True)]),
     Row("restart in back-off: wait", recorded_job(run=2, restarts=2,
                                                   states=RESTARTING_AFTER_FAILURE),
         seconds=5, requeue=15),
@@ -266,3 +278,24 @@ def test_the_trainers_latest_checkpoint_counts_before_the_status_records_it() ->
     retrain = next_action(edited, [pod()], START, committed)
     assert retrain.kind is ActionKind.NEW_RUN and retrain.plan.init_path == CHECKPOINTS
     assert "from checkpoint version 6" in retrain.message
+
+
+SUCCEEDED_JOB = {"Succeeded": (True, cond.TRAINING_FINISHED)}
+
+
+@pytest.mark.parametrize(("job", "pods", "read"), [
+    (recorded_job(), [pod()], TRAINER),
+    (recorded_job(), [pod(phase="Failed", exit_code=65)], TRAINER),  # its last words
+    (recorded_job(), [pod(phase="Succeeded", exit_code=0)], TRAINER),
+    (recorded_job(), [pod(phase="Pending")], None),  # no log yet
+    (recorded_job(), [], None),
+    (recorded_job(run=2), [pod(run=1)], None),  # another run's trainer
+    (recorded_job(), [pod("demo-trainer-1")], None),  # only the first trainer reports
+    (recorded_job(states=SUCCEEDED_JOB), [pod(phase="Succeeded", exit_code=0)], None),
+    (recorded_job(states={"Failed": (True, cond.BAD_INPUT)}),
+     [pod(phase="Failed", exit_code=65)], None),
+], ids=["running", "failed", "succeeded", "pending", "no pod", "earlier run",
+        "second trainer", "job succeeded", "job failed"])
+def test_which_log_tells_the_progress(job: JobView, pods: list[ObservedPod],
+                                      read: str | None) -> None:
+    assert progress_pod(job, pods) == read

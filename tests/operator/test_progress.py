@@ -9,7 +9,13 @@ import pytest
 
 import tessera.progress
 from tessera.progress import Reporter
-from tessera_operator.progress import TrainingProgress, json_record, parse_progress
+from tessera_operator.progress import (
+    TrainingProgress,
+    json_record,
+    log_read_failure,
+    parse_progress,
+    run_fraction,
+)
 
 
 def trainer_log(monkeypatch: pytest.MonkeyPatch, *, finish: bool) -> list[str]:
@@ -94,3 +100,68 @@ def test_a_summary_with_the_last_evaluation() -> None:
         '"checkpoint": "s3://b/c"}'])
     assert progress.finished and progress.checkpoint_version == 4 and progress.loss is None
     assert progress.metrics == {"mrr": 0.61, "hitsAt1": 0.5, "hitsAt10": 0.9, "meanRank": 2.5}
+
+
+def commit(time: float, chunks: int, total: int = 8, epoch: int | None = None) -> str:
+    return json.dumps({"time": time, "event": "checkpoint committed",
+                       "checkpoint_version": chunks, "epoch": epoch or chunks,
+                       "chunks_done": chunks, "chunks_total": total})
+
+
+def record(time: float, done: float, eta: float | None, epoch: str = "1/8") -> str:
+    return json.dumps({"time": time, "progress": "train", "done": done, "total": 800,
+                       "rate": 10.0, "eta_s": eta, "epoch": epoch})
+
+
+@pytest.mark.parametrize(("lines", "completion"), [
+    ([], None),
+    ([record(100.0, 100, 70.0)], 170.0),  # the trainer's own estimate
+    ([record(100.0, 100, None)], None),  # too early for one
+    ([commit(100.0, 1)], None),  # one commit measures no rate
+    ([commit(100.0, 1), commit(110.0, 2)], 170.0),  # 1 chunk in 10 s, 6 to go
+    ([record(100.0, 100, 500.0), commit(105.0, 1), commit(110.0, 2)], 140.0),  # fresher
+    ([commit(105.0, 1), commit(110.0, 2), record(111.0, 200, 100.0)], 211.0),  # fresher
+    ([commit(100.0, 1), commit(100.0, 1)], None),  # no time passed, no rate
+], ids=["nothing", "record", "record without eta", "one commit", "two commits",
+        "commits after a record", "record after commits", "repeated commit"])
+def test_when_the_run_should_finish(lines: list[str], completion: float | None) -> None:
+    assert parse_progress(lines).estimated_completion == completion
+
+
+def test_commits_say_how_much_of_the_whole_run_is_done() -> None:
+    progress = parse_progress([record(100.0, 10, None, "1/4"), commit(110.0, 3, total=12,
+                                                                      epoch=1)])
+    assert (progress.chunks_done, progress.chunks_total, progress.epoch) == (3, 12, 1)
+    assert progress.checkpoint_version == 3 and progress.time == 110.0
+
+
+@pytest.mark.parametrize(("edges", "chunks", "epoch", "fraction"), [
+    (None, (None, None), (None, None), None),
+    (0.25, (None, None), (None, 8), 0.25),
+    # 5/8 with 12%: the epoch says at least 4 of 8 epochs are done
+    (0.12, (None, None), (5, 8), 0.5),
+    (0.12, (5, 8), (5, 8), 5 / 8),  # the commit of epoch 5's only chunk
+    (0.70, (5, 8), (6, 8), 0.70),  # mid-chunk, the trainer's count is ahead
+    # a resumed process counts its own part only: 10% of the last half of the run
+    (0.10, (4, 8), (5, 8), 0.5),
+    (None, (3, 0), (None, None), None),
+    (1.5, (None, None), (None, None), 1.0),
+], ids=["nothing", "edges", "epoch floor", "commit", "edges ahead", "resumed",
+        "no chunk total", "bounded"])
+def test_the_share_of_the_run_is_the_most_known_to_be_done(
+        edges: float | None, chunks: tuple[int | None, int | None],
+        epoch: tuple[int | None, int | None], fraction: float | None) -> None:
+    assert run_fraction(edges, *chunks, *epoch) == (
+        None if fraction is None else pytest.approx(fraction))
+
+
+@pytest.mark.parametrize(("status", "error", "says"), [
+    (503, "ApiError", "pod log read failed (HTTP 503)"),
+    (500, "ApiError", "pod log read failed (HTTP 500)"),
+    (403, "ApiError", "pod log read refused (HTTP 403): the operator's role needs get on "
+                      "pods/log"),
+    (None, "ClientConnectorError", "pod log read failed (ClientConnectorError)"),
+])
+def test_why_a_log_read_failed(status: int | None, error: str, says: str) -> None:
+    assert log_read_failure(status, error) == says
+    assert TrainingProgress.unreadable(says) == TrainingProgress(unavailable=says)

@@ -13,8 +13,8 @@ from tessera_operator import crd
 from tessera_operator.decisions import Action, ActionKind, next_action
 from tessera_operator.job import view_job
 from tessera_operator.pods import observe_pod
-from tessera_operator.progress import parse_progress
-from tessera_operator.status import desired_status, status_patch
+from tessera_operator.progress import TrainingProgress, parse_progress
+from tessera_operator.status import desired_status, format_duration, status_patch
 
 
 def closed(node: dict[str, Any]) -> dict[str, Any]:
@@ -139,6 +139,7 @@ def pods_whose_trainers_are(phase: str, exit_code: int | None) -> list[Any]:
 
 
 MOMENTS = {"created": ("Pending", None), "running": ("Running", ("Running", None)),
+           "unreadable": ("Running", ("Running", None)),
            "succeeded": ("Succeeded", ("Succeeded", 0)), "failed": ("Failed", ("Failed", 65))}
 
 
@@ -146,16 +147,101 @@ MOMENTS = {"created": ("Pending", None), "running": ("Running", ("Running", None
 def test_statuses_fit_the_crds_status_schema(moment: str) -> None:
     phase, trainers = MOMENTS[moment]
     progress = parse_progress(['{"time": 1740830400.0, "progress": "train", "done": 5, '
-                               '"total": 10, "rate": 3.5, "epoch": "1/5", "loss": 0.1, '
-                               '"mrr": 0.2, "buckets_done": 2, "buckets_total": 4}'])
+                               '"total": 10, "rate": 3.5, "eta_s": 2.0, "epoch": "1/5", '
+                               '"loss": 0.1, "mrr": 0.2, "buckets_done": 2, '
+                               '"buckets_total": 4}',
+                               '{"time": 1740830401.0, "event": "checkpoint committed", '
+                               '"checkpoint_version": 1, "chunks_done": 1, "chunks_total": 5}'])
     view = view_job(distributed_job())
     status = desired_status(view, [], None, next_action(view, [], START), START)
     if trainers is not None:
         view = view_job(distributed_job(**status))
         pods = pods_whose_trainers_are(*trainers)
         status = desired_status(view, pods, progress, next_action(view, pods, START), START)
+    if moment == "unreadable":
+        view = view_job(distributed_job(**status))
+        progress = TrainingProgress.unreadable("pod log read failed (HTTP 502)")
+        status = desired_status(view, pods, progress, next_action(view, pods, START), START)
+        assert status["progress"]["readError"] and status["progress"]["eta"]
     assert status["phase"] == phase
     checked = status
     validator = jsonschema.Draft4Validator(closed(crd.status_schema()))
     assert [error.message for error in validator.iter_errors(checked)] == []
     assert list(validator.iter_errors({**checked, "state": phase}))  # the schema is closed
+
+
+EPOCH_5_OF_8 = [  # the throttled record still says epoch 1; commits moved on to epoch 5
+    '{"time": 1740830400.0, "progress": "train", "done": 100, "total": 800, "rate": 10.0, '
+    '"eta_s": 70.0, "epoch": "1/8", "loss": 0.9}',
+    *(f'{{"time": {1740830400.0 + 10 * n}, "event": "checkpoint committed", '
+      f'"checkpoint_version": {n}, "epoch": {n}, "chunks_done": {n}, "chunks_total": 8}}'
+      for n in range(1, 6))]
+
+
+WAIT = Action(ActionKind.WAIT)
+
+
+def running_status(progress: Any, status: dict[str, Any] | None = None,
+                   action: Action = WAIT) -> dict[str, Any]:
+    job = job_object(status=status or {"run": {"number": 1}})
+    job["spec"]["config"]["num_epochs"] = 8
+    pods = [observe_pod(pod_object("demo-trainer-0"))]
+    return desired_status(view_job(job), pods, progress, action, START)
+
+
+def test_the_percentage_follows_the_epoch_and_the_eta_the_freshest_rate() -> None:
+    status = running_status(parse_progress(EPOCH_5_OF_8))
+    progress = status["progress"]
+    assert (progress["epochs"], progress["percentComplete"]) == ("5/8", "62%")
+    assert (progress["chunksDone"], progress["chunksTotal"]) == (5, 8)
+    # Commits every 10 s: 3 chunks to go at 12:00:50 -> 30 s more.
+    assert (progress["eta"], progress["estimatedCompletionTime"]) == (
+        "30s", "2025-03-01T12:01:20Z")
+    assert progress["updateTime"] == "2025-03-01T12:00:50Z"
+
+
+def test_a_resumed_trainer_does_not_lower_the_percentage() -> None:
+    before = running_status(parse_progress(EPOCH_5_OF_8))
+    resumed = parse_progress(['{"time": 1740830500.0, "progress": "train", "done": 10, '
+                              '"total": 300, "rate": 10.0, "eta_s": 29.0, "epoch": "6/8"}'])
+    progress = running_status(resumed, before)["progress"]
+    assert (progress["epochs"], progress["percentComplete"]) == ("6/8", "62%")
+    assert progress["eta"] == "29s"
+
+
+def test_a_failed_log_read_keeps_the_last_progress_and_says_so() -> None:
+    before = running_status(parse_progress(EPOCH_5_OF_8))
+    failed = running_status(TrainingProgress.unreadable("pod log read failed (HTTP 503)"),
+                            before)
+    assert failed["phase"] == "Running"
+    assert failed["message"] == (
+        "run 1: 1 pod(s) running; progress unavailable: pod log read failed (HTTP 503); "
+        "last known: epoch 5/8, 62%, reported at 2025-03-01T12:00:50Z")
+    assert {key: value for key, value in failed["progress"].items() if key != "readError"} \
+        == before["progress"]
+    assert failed["checkpoint"] == before["checkpoint"]
+    quiet = running_status(None, failed)  # no read (the pod is restarting): still stale
+    assert quiet["message"] == failed["message"]
+    read = running_status(parse_progress(EPOCH_5_OF_8), failed)
+    assert read == before  # a read that works says the progress is current again
+
+
+def test_a_read_that_fails_before_any_progress() -> None:
+    status = running_status(TrainingProgress.unreadable("pod log read failed (HTTP 500)"))
+    assert status["message"].endswith(
+        "; progress unavailable: pod log read failed (HTTP 500); none reported yet")
+
+
+def test_the_end_of_a_run_drops_the_estimate() -> None:
+    before = running_status(parse_progress(EPOCH_5_OF_8))
+    succeeded = running_status(None, before, Action(ActionKind.SUCCEED, "TrainingFinished"))
+    assert succeeded["progress"]["percentComplete"] == "100%"
+    assert "eta" not in succeeded["progress"]
+    assert "estimatedCompletionTime" not in succeeded["progress"]
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0, "0s"), (-5, "0s"), (44.6, "45s"), (60, "1m"), (250, "4m10s"), (3600, "1h"),
+    (3660, "1h1m"), (7322, "2h2m"), (90000, "1d1h"), (86400 * 3, "3d")])
+def test_durations_read_like_kubectl_ages(seconds: float, shown: str) -> None:
+    assert format_duration(seconds) == shown

@@ -66,6 +66,9 @@ def test_import_train_eval_export_on_umls(tmp_path: Path) -> None:
     events = [json.loads(line) for line in trained.stderr.splitlines() if line.startswith("{")]
     finished = [e for e in events if e.get("event") == "training finished"]
     assert finished and finished[0]["checkpoint_version"] == 3
+    commits = [(e["epoch"], e["chunks_done"], e["chunks_total"]) for e in events
+               if e.get("event") == "checkpoint committed"]
+    assert commits == [(1, 1, 3), (2, 2, 3), (3, 3, 3)]  # what the operator's percent reads
 
     evaluated = run_cli("eval", config, "-p", f"edge_paths={tmp_path / 'test'}", "--filtered",
                         "--filter-paths", str(tmp_path / "train"), str(tmp_path / "test"),

@@ -332,11 +332,15 @@ class LocalCheckpointer:
 def publish_checkpoint(config: ConfigSchema, schedule: TrainingSchedule,
                        store: CheckpointStore, version: int, position: ChunkPosition,
                        records: list[dict[str, Any]], reporter: Reporter) -> None:
-    """After `version` is committed: announce it, append its bucket stats, and preserve it
-    if it ends an epoch that `checkpoint_preservation_interval` keeps."""
+    """After `version` is committed: announce it (with the share of the whole run it
+    completes, which a watcher cannot compute when num_edge_chunks comes from the data),
+    append its bucket stats, and preserve it if it ends an epoch that
+    `checkpoint_preservation_interval` keeps."""
     reporter.event("checkpoint committed", checkpoint_version=version,
                    epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
-                   edge_chunk=position.edge_chunk_idx)
+                   edge_chunk=position.edge_chunk_idx,
+                   chunks_done=schedule.index_of(position) + 1,
+                   chunks_total=schedule.num_positions)
     store.append_stats(records)
     epochs_done = position.epoch_idx + 1
     if schedule.ends_epoch(position) and should_preserve(
