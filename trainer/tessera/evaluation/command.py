@@ -24,7 +24,7 @@ from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
 from ..training.batching import iter_batches
 from ..training.bucket_trainer import partition_keys
-from ..training.graph_data import GraphData, check_edge_paths
+from ..training.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..training.model_checkpoint import load_model
 from .filtering import KnownEdges, mask_known
 from .metrics import RankingMetrics
@@ -39,6 +39,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     """Metrics of the config's edge_paths under the latest checkpoint."""
     check_edge_paths(config)
     data = GraphData(config)
+    check_has_edges(data)
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     version = store.current_version()
     if version == 0:
