@@ -105,6 +105,9 @@ def _add_import(commands: Any) -> None:
     parser.add_argument("--delimiter", help="field separator of text inputs")
     parser.add_argument("--skip-rows", type=int, default=0,
                         help="header lines to skip at the top of each text input")
+    parser.add_argument("--header", dest="skip_rows", action="store_const", const=1,
+                        help="the first line of each text input is a header: skip it "
+                        "(same as --skip-rows 1; Parquet inputs have column names already)")
     parser.add_argument("--partitioning", choices=["random", "hash"], default="random",
                         help="how entities are assigned to partitions")
     parser.add_argument("--seed", type=int, default=0, help="seed of random partitioning")

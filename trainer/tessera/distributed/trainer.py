@@ -31,7 +31,7 @@ from ..training.coordinator import (
     open_init_store,
     publish_checkpoint,
 )
-from ..training.graph_data import GraphData
+from ..training.graph_data import GraphData, check_has_edges
 from ..training.model_checkpoint import save_model
 from ..training.partitions import PartitionLoader
 from ..training.schedule import ChunkPosition, TrainingSchedule
@@ -148,6 +148,7 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
     layout.check_rank(Role.TRAINER, rank)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail before joining on a bad entity_path
+    check_has_edges(data)
     schedule = make_schedule(config, data)
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     world = join_world(layout, Role.TRAINER, rank, settings)

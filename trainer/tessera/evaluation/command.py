@@ -1,10 +1,13 @@
 """`tessera eval`: rank the edges of edge sets with the latest checkpoint.
 
-Raw mode ranks each edge against sampled negatives (as during training, with the eval
-negative counts), bucket by bucket, so it works at any scale. Filtered mode ranks each edge
-against every entity of the corrupted side's type, and does not count as errors the other
-true edges found in the filter edge sets: the protocol of link-prediction papers. It holds all
-embeddings of the types involved in memory.
+Raw mode ranks each edge against sampled negatives, bucket by bucket, so it works at any
+scale: PBG's `torchbiggraph_eval` protocol, with the training negative counts
+(`num_batch_negs`, `num_uniform_negs`; the `eval_num_*` counts are for the evaluation during
+training). Filtered mode ranks each edge against every entity of the corrupted side's type,
+and does not count as errors the other true edges found in the filter edge sets: the protocol
+of link-prediction papers. It holds all embeddings of the types involved in memory. The
+result says in words what was ranked against what, because the two modes' figures differ
+widely: sampled negatives repeat entities (drawn with replacement) and include true edges.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
 from ..training.batching import iter_batches
 from ..training.bucket_trainer import partition_keys
-from ..training.graph_data import GraphData, check_edge_paths
+from ..training.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..training.model_checkpoint import load_model
 from .filtering import KnownEdges, mask_known
 from .metrics import RankingMetrics
@@ -39,6 +42,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     """Metrics of the config's edge_paths under the latest checkpoint."""
     check_edge_paths(config)
     data = GraphData(config)
+    check_has_edges(data)
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     version = store.current_version()
     if version == 0:
@@ -51,6 +55,8 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
         else:
             metrics = _raw(config, data, store, version, task)
     result = {"mode": "filtered" if filtered else "raw", "checkpoint_version": version,
+              "ranked_against": _ranked_against(config, data, filtered,
+                                                filter_paths or config.edge_paths),
               **metrics.summary()}
     reporter.event("evaluation finished", **result)
     return result
@@ -70,11 +76,37 @@ def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version:
                       for key in set(lhs_keys) | set(rhs_keys)}
             metrics.merge(rank_against_sampled(
                 model, edges, _tables_of(tables, lhs_keys, rhs_keys),
-                batch_size=config.batch_size, num_batch_negs=config.eval_num_batch_negs,
-                num_uniform_negs=config.eval_num_uniform_negs,
+                batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
+                num_uniform_negs=config.num_uniform_negs,
                 dynamic_relations=config.dynamic_relations))
             task.advance(len(edges))
     return metrics
+
+
+def _ranked_against(config: ConfigSchema, data: GraphData, filtered: bool,
+                    filter_paths: list[str]) -> str:
+    """What each edge was ranked against, in words, for the output."""
+    sides = " and ".join(side for side, disabled in (("lhs", config.disable_lhs_negs),
+                                                     ("rhs", config.disable_rhs_negs))
+                         if not disabled)
+    if filtered:
+        return (f"each edge's {sides} against every entity of its type, other true edges "
+                f"(of {', '.join(filter_paths)}) not counted (filtered)")
+    if any(relation.all_negs for relation in config.relations):
+        return (f"each edge's {sides} against every entity of its partition (all_negs), "
+                "other true edges counted as mistakes (unfiltered; see --filtered)")
+    batch = max(min(config.num_batch_negs, config.batch_size, data.max_bucket_size()) - 1, 0)
+    words = (f"each edge's {sides} against up to {batch} batch + {config.num_uniform_negs} "
+             "uniform sampled negatives (num_batch_negs, num_uniform_negs; uniform ones drawn "
+             "with replacement, the true entity itself not counted), other true edges counted "
+             "as mistakes (unfiltered; see --filtered)")
+    largest = max(max(counts) for counts in data.entity_counts.values())
+    repeats = (batch + config.num_uniform_negs) / largest
+    if repeats > 1.5:
+        words += (f"; with at most {largest} entities per partition each wrong entity is "
+                  f"counted about {repeats:.0f} times, so ranks are about {repeats:.0f} times "
+                  "those against each entity once")
+    return words
 
 
 def _filtered(config: ConfigSchema, data: GraphData, store: CheckpointStore, version: int,

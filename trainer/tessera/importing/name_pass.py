@@ -18,7 +18,8 @@ from ..errors import FormatError
 from ..progress import Task
 from .dictionary import NameDictionary
 from .edge_blocks import EdgeBlock
-from .plan import ImportPlan
+from .header_check import FirstLineCheck
+from .plan import ImportPlan, InputPlan
 from .readers import read_edge_blocks
 from .spill import EdgeIds, EdgeIdSpill
 
@@ -41,6 +42,7 @@ def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0) 
     edges_read = []
     for index, source in enumerate(plan.inputs):
         count = 0
+        first_line = FirstLineCheck()
         for block in read_edge_blocks(
                 source.url, input_format=source.input_format, columns=plan.columns,
                 block_edges=plan.options.block_edges, delimiter=plan.options.delimiter,
@@ -52,12 +54,29 @@ def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0) 
             lhs = entities.encode(block.lhs, plan.side_kinds("lhs", rel))
             rhs = entities.encode(block.rhs, plan.side_kinds("rhs", rel))
             spill.append(index, EdgeIds(rel, lhs, rhs))
+            first_line.add(block, lhs, rhs, rel if relations is not None else None)
             count += len(block)
             _advance(task, len(block), index, len(plan.inputs), block.fraction_read)
+        if count == 0:
+            raise FormatError(source.url, "no edges: the input is empty (or holds only blank "
+                                          "or skipped lines); give at least one edge per input")
+        _warn_of_header(plan, source, first_line, task)
         edges_read.append(count)
     entities.stop_lookups()
     pa.default_memory_pool().release_unused()  # Arrow keeps freed parse buffers otherwise
     return NameTables(entities, relations, edges_read)
+
+
+def _warn_of_header(plan: ImportPlan, source: InputPlan, first_line: FirstLineCheck,
+                    task: Task) -> None:
+    """One line when a text input's first line looks like a header read as data."""
+    if (source.input_format == "parquet" or plan.options.skip_rows > 0
+            or not first_line.looks_like_header()):
+        return
+    values = ", ".join(map(repr, first_line.first_names))
+    task.reporter.event(f"import: warning: {source.url}: {first_line.first_location} "
+                        f"({values}) was imported as an edge, but none of its names occurs "
+                        "again in this input: if it is a header, import again with --header")
 
 
 def _declared_relations(block: EdgeBlock, known: pa.Array, url: str) -> np.ndarray:
@@ -71,9 +90,11 @@ def _declared_relations(block: EdgeBlock, known: pa.Array, url: str) -> np.ndarr
     rel = found.astype(np.int64)[indices]
     if (found < 0).any():
         row = int(np.flatnonzero(rel < 0)[0])
+        header_hint = ("; if this line is a header, import again with --header"
+                       if block.first_row + row == 0 else "")
         raise FormatError(url, f"{block.row_location(row)}: unknown relation "
                                f"{block.rel[row].as_py()!r}; the config declares "
-                               f"{', '.join(map(repr, known.to_pylist()))}")
+                               f"{', '.join(map(repr, known.to_pylist()))}{header_hint}")
     return rel
 
 

@@ -32,7 +32,7 @@ from ..storage.fs import Directory
 from .allocator import release_freed_memory
 from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
-from .graph_data import GraphData, check_edge_paths
+from .graph_data import GraphData, check_edge_paths, check_has_edges
 from .hogwild import make_pool
 from .model_checkpoint import INIT_PATH, load_model, save_model
 from .optimizers import make_model_optimizer
@@ -97,6 +97,7 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     check_supported(config)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
+    check_has_edges(data)
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
     store.remove_uncommitted()
     version = store.current_version()

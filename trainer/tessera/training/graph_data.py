@@ -116,6 +116,16 @@ class GraphData:
                               f"{limits[rel[row]]} rows; re-import the data or fix entity_path")
 
 
+def check_has_edges(data: GraphData) -> None:
+    """Refuse an edge set whose buckets are all empty: training on it would do nothing and
+    "succeed", and its metrics would be averages over nothing."""
+    for path, sizes in zip(data.config.edge_paths, data.bucket_sizes):
+        if not any(sizes.values()):
+            raise FormatError(path, f"no edges in this edge set (all {len(sizes)} of its "
+                                    "buckets are empty); import edges into it with `tessera "
+                                    "import`, or leave it out of edge_paths")
+
+
 def check_edge_paths(config: ConfigSchema) -> None:
     if not config.edge_paths:
         raise ConfigError("edge_paths", "no edge sets to train on; give at least one edge path")
