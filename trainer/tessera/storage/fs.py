@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -128,10 +129,9 @@ class Directory:
         """
         if self.is_local:
             self.makedirs()
-            fd, temp_path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
+            temp_path = _create_temp_file(self.root, f".{name}.", ".tmp")
         else:
-            fd, temp_path = tempfile.mkstemp(prefix="tessera-", suffix=f"-{name}")
-        os.close(fd)
+            temp_path = _create_temp_file(tempfile.gettempdir(), "tessera-", f"-{name}")
         try:
             yield temp_path
             if self.is_local:
@@ -144,6 +144,21 @@ class Directory:
         finally:
             if os.path.exists(temp_path):
                 os.unlink(temp_path)
+
+
+def _create_temp_file(folder: str, prefix: str, suffix: str) -> str:
+    """Create an empty file of a new name with the mode a plain open() gives (0666 & ~umask).
+
+    Not mkstemp: its files are 0600, so checkpoints renamed into place would be unreadable
+    to the other users of a shared disk or volume.
+    """
+    while True:
+        path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return path
 
 
 def _fsync(path: str) -> None:
