@@ -3,7 +3,9 @@
 `s3_server` starts one `weed mini` for the whole session, on free ports, with an access key,
 and stops it at the end; `s3_dir` gives each test a fresh, empty prefix in a bucket on it
 together with the fsspec `storage_options` that reach it, exactly what a user puts in a config.
-If the server cannot start, the fixture fails with the server's log: S3 tests never skip.
+`private_s3_server` gives a fault test a server of its own (a `WeedServer`) that it may stop,
+freeze and restart on the same ports with the same data.
+If a server cannot start, the fixture fails with the server's log: S3 tests never skip.
 """
 
 from __future__ import annotations
@@ -96,23 +98,6 @@ def _free_port_pairs(count: int) -> list[int]:
     return chosen
 
 
-def _start_weed(data_dir: Path, log_path: Path, key: str, secret: str) -> tuple[
-        subprocess.Popen[bytes], str]:
-    ports = dict(zip(WEED_SERVERS, _free_port_pairs(len(WEED_SERVERS)), strict=True))
-    command = [
-        _weed_binary(), "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-        "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-        *(f"-{server}.port={port}" for server, port in ports.items()),
-        *(f"-{server}.port.grpc={port + GRPC_PORT_OFFSET}" for server, port in ports.items()),
-    ]
-    # weed mini creates an admin identity from these variables.
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   stdin=subprocess.DEVNULL)
-    return process, f"http://127.0.0.1:{ports['s3']}"
-
-
 def _answers_http(url: str) -> bool:
     try:
         urllib.request.urlopen(url, timeout=1).close()
@@ -137,52 +122,125 @@ def _create_bucket(server: S3Server, deadline: float) -> None:
             time.sleep(0.2)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(SHUTDOWN_GRACE_S)
-    except subprocess.TimeoutExpired:  # weed sometimes ignores SIGTERM while flushing
-        process.kill()
-        process.wait(SHUTDOWN_GRACE_S)
+class WeedServer:
+    """One `weed mini` process: started on free ports, stopped, frozen, restarted on the same
+    ports with the same data directory (what a client sees of an S3 outage)."""
 
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.data_dir = root / "data"
+        self.log_path = root / "weed.log"
+        self.secret = secrets.token_hex(16)
+        self.ports: dict[str, int] = {}
+        self.process: subprocess.Popen[bytes] | None = None
 
-def _fail_with_log(reason: str, log_path: Path) -> None:
-    log = log_path.read_text(errors="replace")[-6000:] if log_path.exists() else "(no log)"
-    pytest.fail(f"SeaweedFS S3 server {reason}; its log:\n{log}", pytrace=False)
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
+    @property
+    def server(self) -> S3Server:
+        return S3Server(self.endpoint_url, S3_ACCESS_KEY, self.secret)
+
+    def start(self) -> None:
+        """Start on new free ports (retried: a port taken between picking and binding)."""
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        for attempt in itertools.count(1):
+            if self.data_dir.exists():
+                shutil.rmtree(self.data_dir)
+            self.ports = dict(zip(WEED_SERVERS, _free_port_pairs(len(WEED_SERVERS)),
+                                  strict=True))
+            if self._launch(deadline):
+                break
+            if attempt == 3:
+                self._fail(f"exited with code {self._exit_code()}")
+        try:
+            _create_bucket(self.server, deadline)
+        except OSError as error:
+            self.stop()
+            self._fail(f"refused to create bucket {S3_BUCKET!r} ({error})")
+
+    def restart(self) -> None:
+        """Start again on the same ports with the same data, after `stop`."""
+        if not self._launch(time.monotonic() + STARTUP_TIMEOUT_S):
+            self._fail(f"did not restart (exit code {self._exit_code()})")
+
+    def stop(self) -> None:
+        """SIGTERM, as an orchestrator stops a server; SIGKILL if it lingers."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGCONT)  # a frozen server cannot act on SIGTERM
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(SHUTDOWN_GRACE_S)
+        except subprocess.TimeoutExpired:  # weed sometimes ignores SIGTERM while flushing
+            process.kill()
+            process.wait(SHUTDOWN_GRACE_S)
+
+    def freeze(self) -> None:
+        """SIGSTOP: the ports stay open but nothing answers."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def _launch(self, deadline: float) -> bool:
+        """Run weed on `self.ports`; True once its S3 endpoint answers, False if it exited."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            _weed_binary(), "mini", f"-dir={self.data_dir}", "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1", "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            *(f"-{server}.port={port}" for server, port in self.ports.items()),
+            *(f"-{server}.port.grpc={port + GRPC_PORT_OFFSET}"
+              for server, port in self.ports.items()),
+        ]
+        # weed mini creates an admin identity from these variables.
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+               "AWS_SECRET_ACCESS_KEY": self.secret}
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                            env=env, stdin=subprocess.DEVNULL)
+        while self.process.poll() is None and not _answers_http(self.endpoint_url):
+            if time.monotonic() > deadline:
+                self.stop()
+                self._fail(f"did not answer on {self.endpoint_url} within "
+                           f"{STARTUP_TIMEOUT_S} s")
+            time.sleep(0.1)
+        return self.process.poll() is None
+
+    def _exit_code(self) -> int | None:
+        return None if self.process is None else self.process.returncode
+
+    def _fail(self, reason: str) -> None:
+        log = self.log_path.read_text(errors="replace")[-6000:] if self.log_path.exists() \
+            else "(no log)"
+        pytest.fail(f"SeaweedFS S3 server {reason}; its log:\n{log}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A real S3-protocol server on 127.0.0.1 for the whole test session."""
-    root = tmp_path_factory.mktemp("seaweedfs")
-    log_path = root / "weed.log"
-    secret = secrets.token_hex(16)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    for attempt in itertools.count(1):
-        data_dir = root / f"data{attempt}"
-        data_dir.mkdir()
-        process, endpoint = _start_weed(data_dir, log_path, S3_ACCESS_KEY, secret)
-        while process.poll() is None and not _answers_http(endpoint):
-            if time.monotonic() > deadline:
-                _stop(process)
-                _fail_with_log(f"did not answer on {endpoint} within {STARTUP_TIMEOUT_S} s",
-                               log_path)
-            time.sleep(0.1)
-        if process.poll() is None:
-            break
-        if attempt == 3:  # a port taken between picking and binding explains one failure
-            _fail_with_log(f"exited with code {process.returncode}", log_path)
-    server = S3Server(endpoint, S3_ACCESS_KEY, secret)
+    weed = WeedServer(tmp_path_factory.mktemp("seaweedfs"))
+    weed.start()
     try:
-        try:
-            _create_bucket(server, deadline)
-        except OSError as error:
-            _fail_with_log(f"refused to create bucket {S3_BUCKET!r} ({error})", log_path)
-        yield server
+        yield weed.server
     finally:
-        _stop(process)
+        weed.stop()
+
+
+@pytest.fixture
+def private_s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeedServer]:
+    """A server of one test's own, which the test may stop, freeze and restart."""
+    weed = WeedServer(tmp_path_factory.mktemp("seaweedfs-private"))
+    weed.start()
+    try:
+        yield weed
+    finally:
+        weed.stop()
 
 
 _prefix_numbers = itertools.count()
