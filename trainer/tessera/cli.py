@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import ConfigError, TesseraError
-from .progress import Reporter
+from .progress import Reporter, report_logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     reporter = Reporter("quiet" if args.quiet else args.log_format)
+    report_logs(reporter)
     try:
         return int(args.run(args, reporter) or 0)
     except TesseraError as error:

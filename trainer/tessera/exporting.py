@@ -32,14 +32,14 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
                       output_format: str = "tsv",
                       entity_types: Sequence[str] | None = None) -> list[str]:
     """Write the latest checkpoint to `output`; returns the URLs of the files written."""
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to export; run "
                             "`tessera train` first or fix checkpoint_path")
-    entity_dir = Directory(config.entity_path, config.storage_options)
+    entity_dir = Directory.from_config(config.entity_path, config)
     counts = read_entity_counts(entity_dir, config)
-    target = Directory(output, config.storage_options)
+    target = Directory.from_config(output, config)
     written = []
     for entity in entity_types or list(config.entities):
         if entity not in config.entities:

@@ -97,7 +97,7 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     check_supported(config)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     store.remove_uncommitted()
     version = store.current_version()
     init = open_init_store(config)
@@ -130,7 +130,7 @@ def check_trainable(config: ConfigSchema) -> None:
 def open_init_store(config: ConfigSchema) -> CheckpointStore | None:
     if not config.init_path:
         return None
-    return CheckpointStore(Directory(config.init_path, config.storage_options))
+    return CheckpointStore(Directory.from_config(config.init_path, config))
 
 
 def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:
