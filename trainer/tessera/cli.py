@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import ConfigError, TesseraError
-from .progress import Reporter
+from .progress import Reporter, report_logs
 
 # Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -27,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     reporter = Reporter("quiet" if args.quiet else args.log_format)
+    report_logs(reporter)
     try:
         return int(args.run(args, reporter) or 0)
     except TesseraError as error:
@@ -273,12 +274,11 @@ def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
 
     config = _load(args)
     if args.output:  # refused now rather than after the evaluation
-        check_output_file(args.output, config.storage_options)
+        check_output_file(args.output, config)
     metrics = evaluate_checkpoint(config, reporter, filtered=args.filtered,
                                   filter_paths=args.filter_paths)
     if args.output:
-        write_output_file(args.output, json.dumps(metrics, indent=2) + "\n",
-                          config.storage_options)
+        write_output_file(args.output, json.dumps(metrics, indent=2) + "\n", config)
     print_result(json.dumps(metrics, indent=2))
     return 0
 

@@ -40,7 +40,7 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
     All files appear together or none does (see publishing.staged_directory); files of the
     same names already in `output` are refused unless `overwrite`.
     """
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to export; run "
@@ -50,9 +50,9 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
         if entity not in config.entities:
             raise ConfigError("--entity-types", f"unknown entity type '{entity}'; the config "
                               f"has {', '.join(config.entities)}")
-    entity_dir = Directory(config.entity_path, config.storage_options)
+    entity_dir = Directory.from_config(config.entity_path, config)
     counts = read_entity_counts(entity_dir, config)
-    target = Directory(output, config.storage_options)
+    target = Directory.from_config(output, config)
     names = [name for entity in types for name in embedding_files(entity, output_format)]
     names.append(RELATION_PARAMETERS_FILE)
     with staged_directory(target, names, overwrite=overwrite) as staging:

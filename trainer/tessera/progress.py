@@ -7,6 +7,7 @@ consistent and the operator can parse what pods print.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator
@@ -68,6 +69,33 @@ class Reporter:
         else:
             self.stream.write("\r\x1b[2K" + line + "\n" if self.stream.isatty() else line + "\n")
         self.stream.flush()
+
+
+class ReporterLogHandler(logging.Handler):
+    """Writes log records as Reporter events, so that warnings such as "waiting for storage"
+    come out in the same style as everything else (JSON lines in pods).
+
+    A record's structured details travel in `extra={"fields": {...}}`.
+    """
+
+    def __init__(self, reporter: Reporter) -> None:
+        super().__init__()
+        self.reporter = reporter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.reporter.event(record.getMessage(), **getattr(record, "fields", {}))
+        except Exception:  # logging must never break the work it reports on
+            self.handleError(record)
+
+
+def report_logs(reporter: Reporter) -> None:
+    """Send the warnings of Tessera's loggers to `reporter` (replacing an earlier one)."""
+    logger = logging.getLogger("tessera")
+    for handler in list(logger.handlers):
+        if isinstance(handler, ReporterLogHandler):
+            logger.removeHandler(handler)
+    logger.addHandler(ReporterLogHandler(reporter))
 
 
 class Task:

@@ -14,11 +14,10 @@ import contextlib
 import os
 import posixpath
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
 from .errors import BadInputError
-from .storage.fs import Directory, translate_errors
+from .storage.fs import Directory, StorageSettings, translate_errors
 
 # Errors from the operating system that mean the user named an impossible place (a file
 # where a folder must be, a folder without write permission), not a passing outage.
@@ -106,10 +105,10 @@ def _remove_empty_directory(directory: Directory) -> None:
         os.rmdir(directory.root)
 
 
-def check_output_file(url: str, storage_options: Mapping[str, Any]) -> None:
+def check_output_file(url: str, config: StorageSettings) -> None:
     """Refuse, before any work, an output file that names a directory or lies in a file."""
     folder, name = _split(url)
-    directory = Directory(folder, storage_options)
+    directory = Directory.from_config(folder, config)
     with translate_errors(url):
         is_directory = directory.fs.isdir(directory.path(name))
         in_a_file = directory.fs.isfile(directory.root)
@@ -121,11 +120,11 @@ def check_output_file(url: str, storage_options: Mapping[str, Any]) -> None:
                             "another output")
 
 
-def write_output_file(url: str, text: str, storage_options: Mapping[str, Any]) -> None:
+def write_output_file(url: str, text: str, config: StorageSettings) -> None:
     """Write a small result file atomically, creating its folder if needed."""
     folder, name = _split(url)
     with _bad_place_is_bad_input(url):
-        Directory(folder, storage_options).write_text(name, text)
+        Directory.from_config(folder, config).write_text(name, text)
 
 
 def _split(url: str) -> tuple[str, str]:

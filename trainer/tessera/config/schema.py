@@ -101,6 +101,11 @@ class ConfigSchema:
     storage_options: dict[str, Any] = option(
         {}, help="Options passed to the fsspec filesystem of every URL (e.g. S3 endpoint_url, "
         "key, secret); credentials may also come from the environment.")
+    storage_retry_timeout: float = option(
+        300.0, help="Seconds for which a storage call that fails transiently (connection "
+        "refused or reset, time-out, HTTP 5xx, throttling) is retried, with exponential "
+        "backoff, before the command gives up with exit code 75; 0 gives up at once.",
+        minimum=0)
 
     # The training loop.
     num_epochs: int = option(1, help="Number of passes over all the edges.", minimum=0)

@@ -217,7 +217,7 @@ def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
     layout = WorldLayout.from_config(config)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail early on a bad entity_path
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     store.remove_uncommitted()  # before anyone joins, so no one is writing yet
     version = store.current_version()
     schedule = make_schedule(config, data)

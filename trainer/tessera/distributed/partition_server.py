@@ -84,7 +84,7 @@ def run_partition_server(config: ConfigSchema, rank: int, settings: DistributedS
     layout.check_rank(Role.PARTITION_SERVER, rank)
     name = layout.name_of(layout.rank_of(Role.PARTITION_SERVER, rank))
     data = GraphData(config)
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     # The lock server only cleans up versions other than the committed one, so the committed
     # version read here is the one the job resumes from.
     loader = PartitionLoader(config, data.entity_counts, store, open_init_store(config))

@@ -150,7 +150,7 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
     data.entity_counts  # noqa: B018 - fail before joining on a bad entity_path
     check_has_edges(data)
     schedule = make_schedule(config, data)
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     world = join_world(layout, Role.TRAINER, rank, settings)
     lock = LockClient(world, rank)
     with peer_session(world, lock):

@@ -43,7 +43,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     check_edge_paths(config)
     data = GraphData(config)
     check_has_edges(data)
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to evaluate; run "

@@ -78,9 +78,9 @@ def plan_import(config: ConfigSchema, inputs: Sequence[str],
     _check_not_featurized(config, {side for r in relations for side in (r.lhs, r.rhs)})
     return ImportPlan(
         inputs=[InputPlan(url, detect_format(url, options.input_format),
-                          Directory(edge_path, config.storage_options))
+                          Directory.from_config(edge_path, config))
                 for url, edge_path in zip(inputs, config.edge_paths)],
-        entity_dir=Directory(config.entity_path, config.storage_options),
+        entity_dir=Directory.from_config(config.entity_path, config),
         entity_types=entity_types,
         type_partitions=[config.entities[name].num_partitions for name in entity_types],
         relation_names=[relation.name for relation in relations],

@@ -16,7 +16,7 @@ from typing import IO, Any
 import fsspec
 
 from ..errors import BadInputError
-from ..storage.fs import translate_errors
+from ..storage.retry import translate_errors
 from .edge_blocks import Columns, EdgeBlock
 from .parquet_input import parquet_blocks
 from .text_input import DelimitedText
@@ -53,7 +53,9 @@ def read_edge_blocks(url: str, *, input_format: str, columns: Columns, block_edg
 
     `skip_rows` header lines are skipped in text formats.
     """
-    with translate_errors(url), _open_input(url, storage_options or {}) as (file, size):
+    storage_options = storage_options or {}
+    with translate_errors(url, storage_options), \
+            _open_input(url, storage_options) as (file, size):
         if input_format == "parquet":
             yield from parquet_blocks(url, file, columns, block_edges)
         else:

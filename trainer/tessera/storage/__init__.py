@@ -39,7 +39,8 @@ from .entities import (
     write_entity_names,
     write_relation_names,
 )
-from .fs import Directory, translate_errors
+from .fs import Directory
+from .retry import translate_errors
 
 __all__ = [
     "EDGE_FORMAT_VERSION",

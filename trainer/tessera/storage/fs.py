@@ -11,15 +11,28 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
+import secrets
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any, Protocol, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import TransientError
+from .retry import call_with_retries
+
+T = TypeVar("T")
+
+
+class StorageSettings(Protocol):
+    """The config keys that say how storage is reached (a ConfigSchema has them)."""
+
+    @property
+    def storage_options(self) -> Mapping[str, Any]: ...
+
+    @property
+    def storage_retry_timeout(self) -> float: ...
 
 # Remote HDF5 reads fetch this much per request: large enough to amortise round trips,
 # small enough that reading one chunk of a bucket does not download the whole file.
@@ -27,16 +40,27 @@ REMOTE_BLOCK_SIZE = 8 * 2**20
 
 
 class Directory:
-    """A directory, addressed by URL, with atomic writes and streamed reads."""
+    """A directory, addressed by URL, with atomic writes and streamed reads.
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    Every call to the backend waits out transient failures for up to `retry_timeout`
+    seconds (see `retry`), then raises TransientError; 0 fails at the first one.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
+                 retry_timeout: float = 0.0) -> None:
         self.url = url.rstrip("/") or url
         self.storage_options = dict(storage_options or {})
-        # Other processes (Hogwild workers, other trainers) write here too: a cached listing
-        # would hide their files or report stale sizes, so object stores are asked each time.
+        self.retry_timeout = retry_timeout
         self.fs, self.root = fsspec.core.url_to_fs(
-            self.url, **{"use_listings_cache": False, **self.storage_options})
+            self.url, **_filesystem_options(self.url, self.storage_options))
         self.root = self.root.rstrip("/") if self.root != "/" else self.root
+        if _is_s3(self.url):
+            self.fs.retries = 1  # s3fs's own loop; see _filesystem_options
+
+    @classmethod
+    def from_config(cls, url: str, config: StorageSettings) -> Directory:
+        """The directory at `url`, reached and retried as the config says."""
+        return cls(url, config.storage_options, retry_timeout=config.storage_retry_timeout)
 
     def __repr__(self) -> str:
         return f"Directory({self.url!r})"
@@ -54,28 +78,31 @@ class Directory:
         return f"{self.url}/{name}"
 
     def subdirectory(self, name: str) -> Directory:
-        return Directory(self.url_of(name), self.storage_options)
+        return Directory(self.url_of(name), self.storage_options,
+                         retry_timeout=self.retry_timeout)
 
     def exists(self, name: str) -> bool:
-        with translate_errors(self.url_of(name)):
-            return bool(self.fs.exists(self.path(name)))
+        return self._call(self.url_of(name), lambda: bool(self.fs.exists(self.path(name))))
 
     def listdir(self) -> list[str]:
         """Names of the files directly in this directory (empty if it does not exist)."""
-        with translate_errors(self.url):
+        def list_names() -> list[str]:
             if not self.fs.exists(self.root):
                 return []
             return sorted(posixpath.basename(p.rstrip("/"))
                           for p in self.fs.ls(self.root, detail=False))
 
+        return self._call(self.url, list_names)
+
     def size(self, name: str) -> int:
-        with translate_errors(self.url_of(name)):
-            return int(self.fs.size(self.path(name)))
+        return self._call(self.url_of(name), lambda: int(self.fs.size(self.path(name))))
 
     def read_text(self, name: str) -> str:
-        with (translate_errors(self.url_of(name)),
-              self.fs.open(self.path(name), "rt", encoding="utf-8") as file):
-            return file.read()
+        def read() -> str:
+            with self.fs.open(self.path(name), "rt", encoding="utf-8") as file:
+                return str(file.read())
+
+        return self._call(self.url_of(name), read)
 
     def write_text(self, name: str, text: str) -> None:
         """Write a small text file atomically: readers see the old or the new content."""
@@ -83,33 +110,38 @@ class Directory:
             file.write(text)
 
     def delete(self, name: str) -> None:
-        with translate_errors(self.url_of(name)):
+        def delete_if_present() -> None:  # so that a retry after a lost reply is harmless
             if self.fs.exists(self.path(name)):
                 self.fs.rm(self.path(name), recursive=True)
+
+        self._call(self.url_of(name), delete_if_present)
 
     def copy(self, name: str, target: Directory, target_name: str | None = None) -> None:
         """Copy a file into another directory (server-side when both are on one backend)."""
         target_name = target_name or name
         if target.fs is self.fs or (self.is_local and target.is_local):
-            with translate_errors(self.url_of(name)):
-                target.makedirs()
+            def copy_in_place() -> None:
+                target.fs.makedirs(target.root, exist_ok=True)
                 self.fs.copy(self.path(name), target.path(target_name))
+
+            self._call(self.url_of(name), copy_in_place)
             return
         with (self.open_read(name) as source, target.writing(target_name) as local_path,
               open(local_path, "wb") as sink):
             shutil.copyfileobj(source, sink)
 
     def makedirs(self) -> None:
-        with translate_errors(self.url):
-            self.fs.makedirs(self.root, exist_ok=True)
+        self._call(self.url, lambda: self.fs.makedirs(self.root, exist_ok=True))
 
     @contextlib.contextmanager
     def open_read(self, name: str) -> Iterator[IO[bytes]]:
-        """A seekable binary file; remote backends fetch only the ranges that are read."""
-        with translate_errors(self.url_of(name)):
-            file = self.fs.open(self.path(name), "rb", block_size=REMOTE_BLOCK_SIZE)
+        """A seekable binary file; remote backends fetch only the ranges that are read, and
+        each read waits out outages as every other call does."""
+        url = self.url_of(name)
+        file = self._call(url, lambda: self.fs.open(self.path(name), "rb",
+                                                     block_size=REMOTE_BLOCK_SIZE))
         try:
-            yield file
+            yield file if self.is_local else RetryingReader(file, url, self._call)
         finally:
             file.close()
 
@@ -123,15 +155,16 @@ class Directory:
         """Yield a local temporary path to write `name` into; publish it atomically on success.
 
         Locally the file is renamed into place; on object stores it is uploaded with one
-        streamed PUT, which is atomic there. On failure nothing is published and the
-        temporary file is removed, so readers never see a half-written file.
+        streamed PUT (or a multipart upload, completed in one request), which is atomic there,
+        so repeating an upload after an outage publishes the same file once. On failure
+        nothing is published and the temporary file is removed, so readers never see a
+        half-written file.
         """
         if self.is_local:
             self.makedirs()
-            fd, temp_path = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.root)
+            temp_path = _create_temp_file(self.root, f".{name}.", ".tmp")
         else:
-            fd, temp_path = tempfile.mkstemp(prefix="tessera-", suffix=f"-{name}")
-        os.close(fd)
+            temp_path = _create_temp_file(tempfile.gettempdir(), "tessera-", f"-{name}")
         try:
             yield temp_path
             if self.is_local:
@@ -139,11 +172,97 @@ class Directory:
                 os.replace(temp_path, self.path(name))
                 _fsync_directory(self.root)
             else:
-                with translate_errors(self.url_of(name)):
-                    self.fs.put_file(temp_path, self.path(name))
+                self._call(self.url_of(name),
+                           lambda: self.fs.put_file(temp_path, self.path(name)))
         finally:
             if os.path.exists(temp_path):
                 os.unlink(temp_path)
+
+    def _call(self, location: str, operation: Callable[[], T]) -> T:
+        return call_with_retries(location, operation, timeout=self.retry_timeout,
+                                 storage_options=self.storage_options)
+
+
+class RetryingReader:
+    """A remote file whose reads wait out outages: a failed read is repeated from the same
+    offset, so HDF5 (which reads through it) never sees the outage."""
+
+    def __init__(self, file: IO[bytes], url: str,
+                 call: Callable[[str, Callable[[], Any]], Any]) -> None:
+        self._file = file
+        self._url = url
+        self._call = call
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self._repeatable(lambda: self._file.read(size)))
+
+    def readinto(self, buffer: Any) -> int:
+        return int(self._repeatable(lambda: self._file.readinto(buffer)))  # type: ignore[attr-defined]
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def _repeatable(self, read: Callable[[], Any]) -> Any:
+        offset = self._file.tell()
+
+        def read_from_offset() -> Any:
+            self._file.seek(offset)
+            return read()
+
+        return self._call(self._url, read_from_offset)
+
+
+def _is_s3(url: str) -> bool:
+    return url.split("://", 1)[0] in ("s3", "s3a")
+
+
+def _filesystem_options(url: str, storage_options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options fsspec gets for `url`.
+
+    Other processes (Hogwild workers, other trainers) write here too: a cached listing would
+    hide their files or report stale sizes, so object stores are asked each time. On S3,
+    Tessera's retry loop is the only one (botocore's stays off unless `config_kwargs` sets
+    it), so that the wait stays within storage_retry_timeout: botocore would otherwise retry
+    a refused connection for up to about 15 s, and s3fs a timed-out read 5 times (75 s),
+    before Tessera saw either.
+    """
+    options = {"use_listings_cache": False, **storage_options}
+    if _is_s3(url):
+        config_kwargs = dict(options.get("config_kwargs") or {})
+        config_kwargs.setdefault("retries", {"total_max_attempts": 1})
+        options["config_kwargs"] = config_kwargs
+    return options
+
+
+def _create_temp_file(folder: str, prefix: str, suffix: str) -> str:
+    """Create an empty file of a new name with the mode a plain open() gives (0666 & ~umask).
+
+    Not mkstemp: its files are 0600, so checkpoints renamed into place would be unreadable
+    to the other users of a shared disk or volume.
+    """
+    while True:
+        path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return path
 
 
 def _fsync(path: str) -> None:
@@ -157,22 +276,3 @@ def _fsync(path: str) -> None:
 def _fsync_directory(path: str) -> None:
     with contextlib.suppress(OSError):  # not every platform can fsync a directory
         _fsync(path)
-
-
-@contextlib.contextmanager
-def translate_errors(location: str) -> Iterator[None]:
-    """Turn backend failures other than "not found"/"permission" into TransientError.
-
-    A missing file is the user's problem (bad path) and keeps its type; a connection reset or
-    a 5xx from an object store is a storage outage worth retrying.
-    """
-    try:
-        yield
-    except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError):
-        raise
-    except (ConnectionError, TimeoutError) as error:
-        raise TransientError(f"{location}: storage unavailable ({error}); retry later") from error
-    except OSError as error:
-        if error.errno is not None:  # a local disk error such as ENOSPC: report as is
-            raise
-        raise TransientError(f"{location}: storage error ({error}); retry later") from error

@@ -98,7 +98,7 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     check_has_edges(data)
-    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
     store.remove_uncommitted()
     version = store.current_version()
     init = open_init_store(config)
@@ -131,7 +131,7 @@ def check_trainable(config: ConfigSchema) -> None:
 def open_init_store(config: ConfigSchema) -> CheckpointStore | None:
     if not config.init_path:
         return None
-    return CheckpointStore(Directory(config.init_path, config.storage_options))
+    return CheckpointStore(Directory.from_config(config.init_path, config))
 
 
 def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:

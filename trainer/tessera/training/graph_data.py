@@ -30,11 +30,11 @@ class GraphData:
 
     @cached_property
     def entity_dir(self) -> Directory:
-        return Directory(self.config.entity_path, self.config.storage_options)
+        return Directory.from_config(self.config.entity_path, self.config)
 
     @cached_property
     def edge_dirs(self) -> list[Directory]:
-        return [Directory(path, self.config.storage_options) for path in self.config.edge_paths]
+        return [Directory.from_config(path, self.config) for path in self.config.edge_paths]
 
     @cached_property
     def entity_counts(self) -> dict[str, list[int]]:
