@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 
 from .errors import BadInputError
-from .storage.fs import Directory, StorageSettings, translate_errors
+from .storage.fs import Directory, StorageSettings
 
 # Errors from the operating system that mean the user named an impossible place (a file
 # where a folder must be, a folder without write permission), not a passing outage.
@@ -33,7 +33,7 @@ def staged_directory(output: Directory, names: Sequence[str], *,
     `overwrite`; other files in `output` are left alone.
     """
     _check_output_directory(output, names, overwrite)
-    created = not _exists(output)
+    created = output.kind() is None
     staging = output.subdirectory(f".tessera-staging-{uuid.uuid4().hex}.tmp")
     try:
         if staging.is_local:  # object stores have no folders to make
@@ -51,10 +51,9 @@ def staged_directory(output: Directory, names: Sequence[str], *,
 
 
 def _check_output_directory(output: Directory, names: Sequence[str], overwrite: bool) -> None:
-    with translate_errors(output.url):
-        if _exists(output) and not output.fs.isdir(output.root):
-            raise BadInputError(f"{output.url}: is a file, and the output is a directory of "
-                                "files; name a directory (new or existing)")
+    if output.kind() == "file":
+        raise BadInputError(f"{output.url}: is a file, and the output is a directory of "
+                            "files; name a directory (new or existing)")
     if overwrite:
         return
     existing = [name for name in names if output.exists(name)]
@@ -73,8 +72,7 @@ def _move_all(staging: Directory, output: Directory, names: Sequence[str]) -> No
     moved: list[str] = []
     try:
         for name in names:
-            with translate_errors(output.url_of(name)):
-                output.fs.mv(staging.path(name), output.path(name))
+            staging.move(name, output)
             moved.append(name)
     except BaseException:
         for name in moved:
@@ -88,14 +86,7 @@ def _remove_staging(staging: Directory) -> None:
     # recursive delete, but drop a folder with its last file.
     for name in staging.listdir():
         staging.delete(name)
-    with translate_errors(staging.url):
-        if staging.fs.exists(staging.root):
-            staging.fs.rm(staging.root, recursive=True)
-
-
-def _exists(directory: Directory) -> bool:
-    with translate_errors(directory.url):
-        return bool(directory.fs.exists(directory.root))
+    staging.remove()
 
 
 def _remove_empty_directory(directory: Directory) -> None:
@@ -109,15 +100,13 @@ def check_output_file(url: str, config: StorageSettings) -> None:
     """Refuse, before any work, an output file that names a directory or lies in a file."""
     folder, name = _split(url)
     directory = Directory.from_config(folder, config)
-    with translate_errors(url):
-        is_directory = directory.fs.isdir(directory.path(name))
-        in_a_file = directory.fs.isfile(directory.root)
-    if is_directory:
-        raise BadInputError(f"{url}: is a directory; name a file such as "
-                            f"{posixpath.join(url, 'metrics.json')}")
-    if in_a_file:
-        raise BadInputError(f"{folder}: is a file, so {name} cannot be written in it; name "
-                            "another output")
+    with _bad_place_is_bad_input(url):
+        if directory.kind() == "file":
+            raise BadInputError(f"{folder}: is a file, so {name} cannot be written in it; "
+                                "name another output")
+        if directory.kind(name) == "directory":
+            raise BadInputError(f"{url}: is a directory; name a file such as "
+                                f"{posixpath.join(url, 'metrics.json')}")
 
 
 def write_output_file(url: str, text: str, config: StorageSettings) -> None:

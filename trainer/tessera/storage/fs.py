@@ -94,6 +94,37 @@ class Directory:
 
         return self._call(self.url, list_names)
 
+    def kind(self, name: str | None = None) -> str | None:
+        """'file', 'directory' or None (nothing there): of `name`, or of this directory itself
+        when `name` is None (an output path may name either)."""
+        path = self.root if name is None else self.path(name)
+
+        def look() -> str | None:
+            try:
+                found = self.fs.info(path).get("type")
+            except FileNotFoundError:
+                return None
+            return "directory" if found == "directory" else "file"
+
+        return self._call(self.url if name is None else self.url_of(name), look)
+
+    def move(self, name: str, target: Directory) -> None:
+        """Move a file to another directory of the same backend: a rename on disks, so an
+        existing target file is replaced atomically."""
+        def move_if_present() -> None:  # a retry after a lost reply finds it moved already
+            if self.fs.exists(self.path(name)):
+                self.fs.mv(self.path(name), target.path(name))
+
+        self._call(target.url_of(name), move_if_present)
+
+    def remove(self) -> None:
+        """Remove this directory with everything in it (nothing if it does not exist)."""
+        def remove_if_present() -> None:
+            if self.fs.exists(self.root):
+                self.fs.rm(self.root, recursive=True)
+
+        self._call(self.url, remove_if_present)
+
     def size(self, name: str) -> int:
         return self._call(self.url_of(name), lambda: int(self.fs.size(self.path(name))))
 
