@@ -359,6 +359,23 @@ ROWS: dict[str, BadInput] = {
     "eval output into a missing folder is created or named": BadInput(
         (*EVAL, "--output", "train.tsv/metrics.json"), "train.tsv"),
     "filter path missing": BadInput((*FILTERED, "--filter-paths", "edges/none"), "edges/none"),
+    # Object storage: credentials and buckets ({endpoint}: the test S3 server's URL).
+    "S3 key refused": BadInput(
+        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
+         "storage_options={key: nobody, secret: wrong-secret, client_kwargs: "
+         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "tessera-test"),
+    "S3 secret refused": BadInput(
+        (*EXPORT, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
+         "storage_options={key: '{key}', secret: wrong-secret, client_kwargs: "
+         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "tessera-test"),
+    "S3 bucket missing": BadInput(
+        (*EVAL, "-p", "checkpoint_path=s3://no-such-bucket/ckpt", "-p",
+         "storage_options={key: '{key}', secret: '{secret}', client_kwargs: "
+         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "no-such-bucket"),
+    "negative storage retry budget": BadInput((*CHECK, "-p", "storage_retry_timeout=-1"),
+                                              "storage_retry_timeout"),
+    "header row with an unknown relation": BadInput(
+        IMPORT, "--header", write("train.tsv", "head\trelation\ttail\ne1\tlikes\te2\n")),
     "unknown entity type to export": BadInput((*EXPORT, "--entity-types", "user"), "user"),
 }
 
@@ -375,17 +392,23 @@ def test_the_table_is_large_enough() -> None:
 @pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
 def test_bad_input_meets_the_contract(row: BadInput, workspace: Path, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch,
-                                      capfd: pytest.CaptureFixture[str]) -> None:
+                                      request: pytest.FixtureRequest, capfd: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "workspace"
     shutil.copytree(workspace, root)
     monkeypatch.chdir(root)
     monkeypatch.delenv("TESSERA_TEST_UNSET", raising=False)
     row.prepare(root)
+    argv, secrets = list(row.argv), ["wrong-secret"]
+    if any("{endpoint}" in arg for arg in argv):
+        server = request.getfixturevalue("s3_server")
+        argv = [arg.replace("{endpoint}", server.endpoint_url).replace("{key}", server.key)
+                .replace("{secret}", server.secret) for arg in argv]
+        secrets.append(server.secret)
     before = _snapshot(root)
     capfd.readouterr()
 
     try:
-        code = main([*row.argv, "--quiet"] if row.exit_code != USAGE else list(row.argv))
+        code = main([*argv, "--quiet"] if row.exit_code != USAGE else argv)
     except SystemExit as exited:  # argparse
         code = exited.code
     stderr = capfd.readouterr().err
@@ -398,6 +421,7 @@ def test_bad_input_meets_the_contract(row: BadInput, workspace: Path, tmp_path: 
     if row.exit_code != USAGE:
         assert len(lines) == 1, stderr
     assert row.names in errors[0], stderr
+    assert not any(secret in stderr for secret in secrets), "a secret was printed"
     after = _snapshot(root)
     changed = sorted(name for name in before if after.get(name) != before[name])
     assert not changed, f"changed or deleted: {changed}"
