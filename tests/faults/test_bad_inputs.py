@@ -392,7 +392,8 @@ def test_the_table_is_large_enough() -> None:
 @pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
 def test_bad_input_meets_the_contract(row: BadInput, workspace: Path, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch,
-                                      request: pytest.FixtureRequest, capfd: pytest.CaptureFixture[str]) -> None:
+                                      request: pytest.FixtureRequest,
+                                      capfd: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "workspace"
     shutil.copytree(workspace, root)
     monkeypatch.chdir(root)
