@@ -218,7 +218,7 @@ def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail early on a bad entity_path
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
-    store.remove_uncommitted()  # before anyone joins, so no one is writing yet
+    store.remove_uncommitted(config.to_dict())  # before anyone joins, so no one is writing yet
     version = store.current_version()
     schedule = make_schedule(config, data)
     start = resume_position(store, version, schedule)

@@ -98,7 +98,7 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
-    store.remove_uncommitted()
+    store.remove_uncommitted(config.to_dict())
     version = store.current_version()
     init = open_init_store(config)
     schedule = make_schedule(config, data)
