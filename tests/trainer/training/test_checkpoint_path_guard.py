@@ -4,19 +4,30 @@ checkpoint, and never writes where another live run writes."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from support.planted import PlantedGraph, write_planted_graph
 
-from tessera.errors import EXIT_BAD_INPUT
+from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
+from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.fs import Directory
+from tessera.storage.lease import EXPIRY_S, LEASE_FILE, LeaseRecord
 
 TRAIN_TIMEOUT_S = 120
 
 
-def tessera_train(config_path: Path, *params: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "tessera", "train", str(config_path), "--quiet"]
+def tessera_train(config_path: Path, *params: str,
+                  log_format: str = "--quiet") -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "tessera", "train", str(config_path), log_format]
     for param in params:
         command += ["-p", param]
     return subprocess.run(command, capture_output=True, text=True, timeout=TRAIN_TIMEOUT_S)
@@ -57,3 +68,116 @@ def test_a_version_file_naming_missing_files_keeps_the_complete_checkpoint(
     resumed = tessera_train(config_path, "num_epochs=2")
     assert resumed.returncode == 0, resumed.stderr
     assert (checkpoints / "checkpoint_version.txt").read_text() == "4\n"  # epoch 2 only: resumed
+
+
+def wait_until(condition: Callable[[], bool], process: subprocess.Popen[str],
+               timeout: float = TRAIN_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process.poll() is None, f"the run ended first: {process.communicate()}"
+        assert time.monotonic() < deadline, "the run did not get there in time"
+        time.sleep(0.01)
+
+
+def committed_version(checkpoints: Path) -> int:
+    try:
+        return int((checkpoints / "checkpoint_version.txt").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def start_train(config_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "tessera", "train", str(config_path), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_a_second_run_on_a_checkpoint_path_in_use_is_refused_and_the_first_finishes(
+        tmp_path: Path) -> None:
+    graph, config_path = small_run(tmp_path, num_epochs=6, num_edge_chunks=4)
+    checkpoints = Path(graph.config()["checkpoint_path"])
+    first = start_train(config_path, "--quiet")
+    try:
+        wait_until(lambda: committed_version(checkpoints) >= 1, first)
+        lease = json.loads((checkpoints / LEASE_FILE).read_text())
+        # Frozen while the second run starts, however fast this machine trains the first.
+        os.killpg(first.pid, signal.SIGSTOP)
+        second = tessera_train(config_path)
+        os.killpg(first.pid, signal.SIGCONT)
+
+        assert second.returncode == EXIT_TRANSIENT
+        assert second.stderr.count("\n") == 1, second.stderr
+        assert second.stderr.startswith(
+            f"tessera train: error: {checkpoints}/{LEASE_FILE}: the checkpoint path is in use "
+            f"by tessera train (pid {first.pid} on host {socket.gethostname()}) since "
+            f"{lease['started']}, last heartbeat ")
+        assert "wait for that run to end or stop it" in second.stderr
+        assert first.wait(timeout=TRAIN_TIMEOUT_S) == 0, first.communicate()
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert committed_version(checkpoints) == 6 * 4  # one version per chunk, none lost
+    assert sorted(p.name for p in checkpoints.iterdir() if ".v" in p.name) == [
+        "embeddings_node_0.v24.h5", "embeddings_node_1.v24.h5", "model.v24.h5"]
+    assert not (checkpoints / LEASE_FILE).exists()  # released at the end
+
+
+def test_the_rerun_of_a_killed_run_takes_its_lease_over_at_once(tmp_path: Path) -> None:
+    graph, config_path = small_run(tmp_path, num_epochs=4, num_edge_chunks=4)
+    checkpoints = Path(graph.config()["checkpoint_path"])
+    killed = start_train(config_path, "--quiet")
+    wait_until(lambda: committed_version(checkpoints) >= 2, killed)
+    os.killpg(killed.pid, signal.SIGKILL)  # the trainer and its workers
+    killed.wait()
+    assert json.loads((checkpoints / LEASE_FILE).read_text())["pid"] == killed.pid
+
+    began = time.monotonic()
+    rerun = tessera_train(config_path, log_format="--log-format=json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert time.monotonic() - began < EXPIRY_S  # not waiting for the lease to expire
+    events = [json.loads(line) for line in rerun.stderr.splitlines()]  # the log
+    takeover = [e for e in events if e.get("event") == "took over the checkpoint lease of a "
+                                                      "stopped run"]
+    assert len(takeover) == 1
+    assert takeover[0]["previous"].endswith(f"its process {killed.pid} on this host is gone")
+    assert committed_version(checkpoints) == 4 * 4
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_lease_from_another_host_blocks_training_until_it_expires_but_not_eval(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    overrides: dict[str, object] = {}
+    if backend == "s3":
+        s3_dir = request.getfixturevalue("s3_dir")
+        overrides = {"checkpoint_path": s3_dir.url, "storage_options": s3_dir.storage_options}
+    graph, config_path = small_run(tmp_path, **overrides)
+    assert tessera_train(config_path).returncode == 0
+    store = CheckpointStore(Directory(str(overrides.get("checkpoint_path",
+                                                         graph.config()["checkpoint_path"])),
+                                      overrides.get("storage_options")))  # type: ignore[arg-type]
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    elsewhere = LeaseRecord("t0", "tessera train", "trainer-0.old-node", 1, now, now,
+                            now + timedelta(seconds=EXPIRY_S))
+    store.directory.write_text(LEASE_FILE, elsewhere.to_json())
+
+    refused = tessera_train(config_path, "num_epochs=2")
+    assert refused.returncode == EXIT_TRANSIENT
+    assert refused.stderr == (f"tessera train: error: {store.directory.url}/{LEASE_FILE}: the "
+                              f"checkpoint path is in use by {elsewhere.describe()}; wait for "
+                              "that run to end or stop it (a stopped run's lease is taken over "
+                              "at once on its own host, elsewhere once it expires)\n")
+    assert store.current_version() == 2
+    evaluated = subprocess.run([sys.executable, "-m", "tessera", "eval", str(config_path),
+                                "--quiet"], capture_output=True, text=True,
+                               timeout=TRAIN_TIMEOUT_S)  # reading needs no lease
+    assert evaluated.returncode == 0, evaluated.stderr
+
+    expired = LeaseRecord("t0", "tessera train", "trainer-0.old-node", 1,
+                          now - timedelta(hours=2), now - timedelta(hours=1),
+                          now - timedelta(hours=1) + timedelta(seconds=EXPIRY_S))
+    store.directory.write_text(LEASE_FILE, expired.to_json())
+    resumed = tessera_train(config_path, "num_epochs=2")
+    assert resumed.returncode == 0, resumed.stderr
+    assert store.current_version() == 4
+    assert LEASE_FILE not in store.directory.listdir()
