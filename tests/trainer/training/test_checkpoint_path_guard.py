@@ -20,7 +20,7 @@ from support.planted import PlantedGraph, write_planted_graph
 from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
-from tessera.storage.lease import EXPIRY_S, LEASE_FILE, LeaseRecord
+from tessera.storage.lease import EXPIRY_S, HEARTBEAT_INTERVAL_S, LEASE_FILE, LeaseRecord
 
 TRAIN_TIMEOUT_S = 120
 
@@ -181,3 +181,27 @@ def test_a_lease_from_another_host_blocks_training_until_it_expires_but_not_eval
     assert resumed.returncode == 0, resumed.stderr
     assert store.current_version() == 4
     assert LEASE_FILE not in store.directory.listdir()
+
+
+def test_a_run_whose_lease_was_taken_over_stops_at_its_next_heartbeat(tmp_path: Path) -> None:
+    graph, config_path = small_run(tmp_path, num_epochs=500)
+    checkpoints = Path(graph.config()["checkpoint_path"])
+    run = start_train(config_path, "--quiet")
+    try:
+        wait_until(lambda: committed_version(checkpoints) >= 1, run)
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        taker = LeaseRecord("t1", "tessera train", "trainer-0.new-node", 1, now, now,
+                            now + timedelta(seconds=EXPIRY_S))
+        Directory(str(checkpoints)).write_text(LEASE_FILE, taker.to_json())
+        _, stderr = run.communicate(timeout=HEARTBEAT_INTERVAL_S * 3)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert run.returncode == EXIT_TRANSIENT
+    assert stderr == (f"tessera train: error: {checkpoints}/{LEASE_FILE}: the lease on this "
+                      f"checkpoint path was taken over by {taker.describe()}; stopping, so "
+                      "that two runs never write one checkpoint\n")
+    assert (checkpoints / LEASE_FILE).read_text() == taker.to_json()  # left to its holder
+    version = committed_version(checkpoints)
+    assert CheckpointStore(Directory(str(checkpoints))).read_metadata(version)
