@@ -22,10 +22,15 @@ from tessera.storage.lease import (
 )
 
 HOST = socket.gethostname()
-NOW = datetime.now(timezone.utc).replace(microsecond=0)
+NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)  # for what does not read the clock
 
 
-def write_lease(directory, *, host=HOST, pid, heartbeat=NOW, expiry_s=60.0, token="other"):
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def write_lease(directory, *, host=HOST, pid, heartbeat=None, expiry_s=60.0, token="other"):
+    heartbeat = heartbeat or utc_now()
     record = LeaseRecord(token, "tessera train", host, pid, heartbeat - timedelta(hours=1),
                          heartbeat, heartbeat + timedelta(seconds=expiry_s))
     directory.write_text(LEASE_FILE, record.to_json())
@@ -82,7 +87,7 @@ def test_a_lease_of_another_host_is_taken_over_only_once_expired(directory):
     with pytest.raises(LeaseHeldError, match=r"\(pid 1 on host trainer-0\.old-node\)"):
         CheckpointLease(directory, "tessera train", settle=0.05).acquire()
 
-    old = NOW - timedelta(hours=1)
+    old = utc_now() - timedelta(hours=1)
     write_lease(directory, host="trainer-0.old-node", pid=1, heartbeat=old)
     lease = CheckpointLease(directory, "tessera train", settle=0.05)
     assert lease.acquire().endswith(f"it expired at {(old + timedelta(seconds=60)).isoformat()}")
@@ -96,7 +101,11 @@ def test_this_processs_own_pid_under_another_token_is_a_restarted_container(loca
                                     "(a restarted container)")
 
 
-def test_of_runs_taking_the_lease_at_once_exactly_one_gets_it(directory):
+@pytest.mark.parametrize("backend", ["local_dir", "s3_directory"])
+def test_of_runs_taking_the_lease_at_once_exactly_one_gets_it(backend, request):
+    # Not memory://: it is one process's store, whose files are visible (empty) as soon as
+    # they are opened for writing, so runs in two processes can never share it.
+    directory = request.getfixturevalue(backend)
     contenders = 4
     start = threading.Barrier(contenders)
     outcomes: list[str] = []

@@ -308,10 +308,9 @@ class CheckpointStore:
         missing = self._missing_files(committed, config, present)
         if not missing:
             return
-        others = {found for name in present
-                  if (found := _version_of(name)) is not None and found != committed}
-        complete = sorted((found for found in others
-                           if not self._missing_files(found, config, present)), reverse=True)
+        others = {_version_of(name) for name in present} - {None, committed}
+        complete = sorted((other for other in others if other is not None
+                           and not self._missing_files(other, config, present)), reverse=True)
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
                                           else "")
         if complete:
