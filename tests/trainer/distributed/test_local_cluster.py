@@ -29,6 +29,7 @@ from tessera.evaluation.command import evaluate_checkpoint
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
+from tessera.storage.lease import LEASE_FILE
 from tessera.training.coordinator import train
 
 QUIET = Reporter("quiet")
@@ -152,6 +153,7 @@ def test_a_killed_trainer_stops_the_job_and_the_restart_resumes_from_the_checkpo
     store = CheckpointStore(Directory(str(checkpoints)))
     killed_version = store.current_version()
     assert 2 <= killed_version < epochs
+    assert not (checkpoints / LEASE_FILE).exists()  # the aborted job's lock server let go
 
     code, logs = run_cluster(config, *TWO_BY_TWO)
     assert code == 0, "\n".join(logs.lines[-30:])

@@ -155,11 +155,67 @@ def test_a_crash_before_commit_keeps_the_old_version_and_is_cleaned_up(tmp_path)
 
     restarted = CheckpointStore(Directory(str(tmp_path)))
     assert_holds_version(restarted, 1)
-    restarted.remove_uncommitted()
+    restarted.remove_uncommitted(CONFIG)
     assert sorted(directory.listdir()) == [
         "checkpoint_version.txt", "config.json", "embeddings_item_0.v1.h5",
         "embeddings_user_0.v1.h5", "embeddings_user_1.v1.h5", "model.v1.h5"]
     assert_holds_version(restarted, 1)
+
+
+def contents(directory):
+    """Every file of a directory, name -> bytes."""
+    return {name: directory.fs.cat_file(directory.path(name)) for name in directory.listdir()}
+
+
+def test_a_version_file_naming_missing_files_deletes_nothing_and_names_the_complete_version(
+        directory):
+    store = CheckpointStore(directory)
+    write_version(store, 1)
+    store.commit(1, CONFIG)
+    store.write_model(2, params_of(2))  # a partial copy of version 2...
+    directory.write_text("checkpoint_version.txt", "2\n")  # ...that the version file names
+    before = contents(directory)
+
+    with pytest.raises(FormatError) as raised:
+        CheckpointStore(directory).remove_uncommitted(CONFIG)
+    message = str(raised.value)
+    assert message == (
+        f"{directory.url}/checkpoint_version.txt: names version 2, but its file(s) "
+        "embeddings_user_0.v2.h5, embeddings_user_1.v2.h5, embeddings_item_0.v2.h5 are "
+        "missing; complete version(s) here: 1. Nothing was deleted: put the missing file(s) "
+        "back, or write 1 into checkpoint_version.txt to resume from version 1")
+    assert contents(directory) == before  # byte for byte
+
+    directory.write_text("checkpoint_version.txt", "1\n")  # what the message says to do
+    store.remove_uncommitted(CONFIG)
+    assert "model.v2.h5" not in directory.listdir()
+    assert_holds_version(store, 1)
+
+
+def test_an_incomplete_version_with_no_complete_one_beside_it_keeps_everything(local_dir):
+    store = CheckpointStore(local_dir)
+    store.write_model(3, params_of(3))
+    store.write_embeddings(2, "user", 0, embeddings_of(2, "user", 0))
+    local_dir.write_text("checkpoint_version.txt", "3\n")
+    before = contents(local_dir)
+    with pytest.raises(FormatError, match=r"names version 3, but its file\(s\) "
+                       r"embeddings_user_0\.v3\.h5, embeddings_user_1\.v3\.h5, "
+                       r"embeddings_item_0\.v3\.h5 are missing; no other version here is "
+                       r"complete\. Nothing was deleted: put the missing file\(s\) back, or "
+                       r"delete checkpoint_version\.txt to start from scratch$"):
+        store.remove_uncommitted(CONFIG)
+    assert contents(local_dir) == before
+
+
+def test_a_committed_version_is_judged_by_the_checkpoints_own_config(local_dir):
+    """A run whose config has more partitions than the checkpoint is not told that files are
+    missing: the checkpoint is complete, and loading it says what does not fit."""
+    store = CheckpointStore(local_dir)
+    write_version(store, 1)
+    store.commit(1, CONFIG)
+    more = {**CONFIG, "entities": {**CONFIG["entities"], "item": {"num_partitions": 4}}}
+    store.remove_uncommitted(more)
+    assert_holds_version(store, 1)
 
 
 def test_a_crash_while_committing_keeps_the_old_version(directory, monkeypatch):

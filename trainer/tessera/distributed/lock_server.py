@@ -25,6 +25,7 @@ from ..training.bucket import Bucket
 from ..training.bucket_trainer import partition_keys
 from ..training.coordinator import (
     EarlyStopping,
+    checkpoint_lease,
     make_schedule,
     resume_position,
     should_stop,
@@ -213,23 +214,34 @@ def _names(keys: Any) -> list[list[Any]]:
 
 def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
                     reporter: Reporter) -> None:
-    """Serve a job from start to end (or until it is aborted, raising the abort's error)."""
+    """Serve a job from start to end (or until it is aborted, raising the abort's error).
+
+    The lock server holds the job's lease on the checkpoint path, for all its trainers."""
     layout = WorldLayout.from_config(config)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail early on a bad entity_path
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
-    store.remove_uncommitted()  # before anyone joins, so no one is writing yet
-    version = store.current_version()
-    schedule = make_schedule(config, data)
-    start = resume_position(store, version, schedule)
-    liveness = Liveness(range(1, layout.world_size), settings.peer_timeout)
-    service = LockService(config, data, schedule, version, start, layout, reporter, liveness)
+    with checkpoint_lease(config, "tessera lock-server", reporter) as lease:
+        store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+        store.remove_uncommitted(config.to_dict())  # before anyone joins: no one writes yet
+        version = store.current_version()
+        schedule = make_schedule(config, data)
+        start = resume_position(store, version, schedule)
+        liveness = Liveness(range(1, layout.world_size), settings.peer_timeout)
+        service = LockService(config, data, schedule, version, start, layout, reporter,
+                              liveness)
+        with lease.renewing(on_lost=lambda message: liveness.fail(message, EXIT_TRANSIENT)):
+            _serve_job(service, layout, settings, reporter)
+
+
+def _serve_job(service: LockService, layout: WorldLayout, settings: DistributedSettings,
+               reporter: Reporter) -> None:
+    liveness = service.liveness
     serve(LOCKS_SERVICE, service)
     if layout.num_partition_servers == 0:
         serve(ParameterServer.SERVICE, ParameterServer())
     reporter.event("lock server waiting for peers", address=settings.init_method,
-                   peers=layout.world_size - 1, checkpoint_version=version,
-                   start=None if start is None else str(start))
+                   peers=layout.world_size - 1, checkpoint_version=service.committed_version,
+                   start=None if service.start is None else str(service.start))
     world = join_world(layout, Role.LOCK_SERVER, 0, settings)
     liveness.start()
     reporter.event("all peers joined", peers=world.layout.world_size - 1)

@@ -197,7 +197,11 @@ class CheckpointStore:
         then, the new version counts), then deletes the files of older versions.
         """
         self._check_writable(version)
-        self._check_complete(version, config)
+        missing = self._missing_files(version, config)
+        if missing:  # deleting the older versions below would leave no complete one
+            raise FormatError(self.directory.url_of(missing[0]),
+                              f"missing, so version {version} cannot be committed "
+                              f"({len(missing)} file(s) missing in all)")
         self.directory.write_text(CONFIG_FILE, json.dumps(config, indent=4))
         self.directory.write_text(CHECKPOINT_VERSION_FILE, f"{version}\n")
         self._delete_versions(lambda found: found < version, best_effort=True)
@@ -216,13 +220,20 @@ class CheckpointStore:
         snapshot.write_text(CHECKPOINT_VERSION_FILE, f"{version}\n")
         return CheckpointStore(snapshot)
 
-    def remove_uncommitted(self) -> None:
-        """Delete what an interrupted run left: other versions' files, temporary files.
+    def remove_uncommitted(self, config: Mapping[str, Any]) -> None:
+        """Delete what an interrupted run left, once the committed version is known complete.
 
-        Call it once at start-up, before any process writes here: a version above the
-        committed one is a half-written checkpoint, one below it a deletion cut short.
+        Call it once at start-up, before any process writes here (holding the lease): a
+        version above the committed one was never committed (a checkpoint cut short), one
+        below it is a deletion cut short, a `.tmp` file a write cut short. When the committed
+        version itself is incomplete (a partial copy, a hand edit), the other versions may be
+        all that is left, so nothing is deleted and the error says which versions are
+        complete. `config` is the run's; the checkpoint's own config.json, when there is one,
+        says which files a version has.
         """
         committed = self.current_version()
+        if committed > 0:
+            self._check_committed_complete(committed, config)
         self._delete_versions(lambda found: found != committed, best_effort=False)
         for name in self.directory.listdir():
             if name.startswith(".") and name.endswith(".tmp"):  # see Directory.writing
@@ -277,18 +288,42 @@ class CheckpointStore:
                              f"committed version {committed}; writing it would overwrite a "
                              "complete checkpoint")
 
-    def _check_complete(self, version: int, config: Mapping[str, Any]) -> None:
-        present = set(self.directory.listdir())
+    def _missing_files(self, version: int, config: Mapping[str, Any],
+                       present: set[str] | None = None) -> list[str]:
+        """The files of `version` that a checkpoint of `config` needs and the directory lacks."""
+        present = set(self.directory.listdir()) if present is None else present
         expected = [model_file(version)] + [
             embeddings_file(entity_type, part, version)
             for entity_type, entity in config.get("entities", {}).items()
             for part in range(entity.get("num_partitions", 1))
         ]
-        missing = [name for name in expected if name not in present]
-        if missing:
-            raise FormatError(self.directory.url_of(missing[0]),
-                              f"missing, so version {version} cannot be committed "
-                              f"({len(missing)} file(s) missing in all)")
+        return [name for name in expected if name not in present]
+
+    def _check_committed_complete(self, committed: int, config: Mapping[str, Any]) -> None:
+        try:
+            config = self.read_config()
+        except BadInputError:
+            pass  # no (readable) config.json: the run's config says what a version holds
+        present = set(self.directory.listdir())
+        missing = self._missing_files(committed, config, present)
+        if not missing:
+            return
+        others = {_version_of(name) for name in present} - {None, committed}
+        complete = sorted((other for other in others if other is not None
+                           and not self._missing_files(other, config, present)), reverse=True)
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
+                                          else "")
+        if complete:
+            found = f"complete version(s) here: {', '.join(map(str, complete))}"
+            fix = (f"put the missing file(s) back, or write {complete[0]} into "
+                   f"{CHECKPOINT_VERSION_FILE} to resume from version {complete[0]}")
+        else:
+            found = "no other version here is complete"
+            fix = (f"put the missing file(s) back, or delete {CHECKPOINT_VERSION_FILE} to "
+                   "start from scratch")
+        raise FormatError(self.directory.url_of(CHECKPOINT_VERSION_FILE),
+                          f"names version {committed}, but its file(s) {shown} are missing; "
+                          f"{found}. Nothing was deleted: {fix}")
 
     def _files_of_version(self, version: int) -> list[str]:
         return [name for name in self.directory.listdir() if _version_of(name) == version]

@@ -29,6 +29,7 @@ from ..model import EmbeddingModel
 from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.fs import Directory
+from ..storage.lease import CheckpointLease
 from .allocator import release_freed_memory
 from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
@@ -98,18 +99,34 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     check_has_edges(data)
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
-    store.remove_uncommitted()
-    version = store.current_version()
-    init = open_init_store(config)
-    schedule = make_schedule(config, data)
-    start = resume_position(store, version, schedule)
-    state = build_model_state(config, data, store, version, init)
-    holder = PartitionHolder(config, data.entity_counts, store, init, version)
-    checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
-    run = TrainingRun(config, data, schedule, state, holder, ScheduledBuckets(schedule),
-                      checkpointer, reporter)
-    return run.run(start)
+    with checkpoint_lease(config, "tessera train", reporter) as lease:
+        store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+        store.remove_uncommitted(config.to_dict())
+        version = store.current_version()
+        init = open_init_store(config)
+        schedule = make_schedule(config, data)
+        start = resume_position(store, version, schedule)
+        state = build_model_state(config, data, store, version, init)
+        holder = PartitionHolder(config, data.entity_counts, store, init, version)
+        checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
+        run = TrainingRun(config, data, schedule, state, holder, ScheduledBuckets(schedule),
+                          checkpointer, reporter)
+        return run.run(start, alongside=lease.renewing())
+
+
+@contextlib.contextmanager
+def checkpoint_lease(config: ConfigSchema, command: str,
+                     reporter: Reporter) -> Iterator[CheckpointLease]:
+    """The job's lease on its checkpoint path, held (not yet renewed) for the block: taken
+    before anything there is read or deleted, so that two jobs never write one checkpoint."""
+    lease = CheckpointLease(Directory.from_config(config.checkpoint_path, config), command)
+    replaced = lease.acquire()
+    if replaced is not None:
+        reporter.event("took over the checkpoint lease of a stopped run", previous=replaced)
+    try:
+        yield lease
+    finally:
+        lease.release()
 
 
 def check_supported(config: ConfigSchema) -> None:
@@ -205,7 +222,10 @@ class TrainingRun:
         self.buckets_total = 0  # buckets of the whole job in this invocation
         self.trained_here = 0  # buckets this process trained
 
-    def run(self, start: ChunkPosition | None) -> TrainingSummary:
+    def run(self, start: ChunkPosition | None,
+            alongside: contextlib.AbstractContextManager[Any] | None = None) -> TrainingSummary:
+        """Train from `start` to the end; `alongside` (the lease's heartbeat) is entered once
+        the Hogwild workers are started, so that they are forked from a single thread."""
         positions = list(self.schedule.positions(start)) if start is not None else []
         total = edges_per_position(self.config, self.data, self.schedule) * len(positions)
         pool = make_pool(self.num_workers, train_part, self.state) \
@@ -215,7 +235,7 @@ class TrainingRun:
         last: BucketOutcome | None = None
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
         with self.reporter.task("train", total=total or None, unit="edges") as task, \
-                pool or contextlib.nullcontext():
+                pool or contextlib.nullcontext(), alongside or contextlib.nullcontext():
             for position in positions:
                 outcomes = [self._train_step(trainer, position, bucket, task)
                             for bucket in self.source.buckets(position)]

@@ -1,0 +1,252 @@
+"""The lease on a checkpoint path: one job at a time writes its checkpoints.
+
+A job (a single-machine `tessera train`, or a distributed job's lock server, on behalf of all
+its trainers) takes the lease before it touches the checkpoint directory, renews it from a
+heartbeat thread while it trains, and releases it at the end. The lease is the JSON file
+`training_lease.json` in the checkpoint directory: the holder's command, host, pid and a random
+token, when it started, its last heartbeat and when it expires without one.
+
+A holder is presumed dead, and its lease taken over at once, when it ran on this host and its
+process is gone (its pid is not running, or is this very process's pid under another token:
+a restarted container gets the same pid); on another host, once the expiry it wrote has
+passed, compared with this host's clock (a minute covers ordinary clock skew).
+
+Object stores have no create-if-absent in every server, so the lease is taken by writing the
+whole file (atomically, through `Directory`), waiting `settle` seconds and reading it back:
+of runs that write it at about the same time, only the last writer reads its own token. The
+guarantee: two runs never both hold the lease when each one's read-then-write takes less
+than `settle` seconds (milliseconds on a disk, a few requests on an object store). A holder
+that still finds another token in the file later (a contender slower than that, or one that
+took over a lease whose heartbeats could not reach the storage until it expired) stops at
+its next heartbeat, exit 75, before writing anything more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from ..errors import EXIT_TRANSIENT, FormatError, TesseraError, TransientError
+from .fs import Directory
+
+logger = logging.getLogger(__name__)
+
+LEASE_FILE = "training_lease.json"
+HEARTBEAT_INTERVAL_S = 10.0
+EXPIRY_S = 60.0  # six missed heartbeats: a holder on another host is presumed dead
+# How long a contender's read-then-write may take (see the module docstring).
+SETTLE_LOCAL_S = 0.1
+SETTLE_REMOTE_S = 1.0
+
+
+class LeaseHeldError(TransientError):
+    """Another live run holds the lease.
+
+    Transient (exit 75), not bad input: it ends by itself, when the holder finishes or, if it
+    died on another host, when its lease expires. The operator restarts a job that exits 75,
+    so a restarted job is never failed for good by a predecessor that is still shutting down.
+    """
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """The content of the lease file."""
+
+    token: str
+    command: str
+    host: str
+    pid: int
+    started: datetime
+    heartbeat: datetime
+    expires: datetime
+
+    def to_json(self) -> str:
+        return json.dumps({"token": self.token, "command": self.command, "host": self.host,
+                           "pid": self.pid, "started": _stamp(self.started),
+                           "heartbeat": _stamp(self.heartbeat),
+                           "expires": _stamp(self.expires)}, indent=4) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, url: str) -> LeaseRecord:
+        try:
+            fields = json.loads(text)
+            record = cls(str(fields["token"]), str(fields["command"]), str(fields["host"]),
+                         int(fields["pid"]), *(datetime.fromisoformat(fields[name])
+                                               for name in ("started", "heartbeat", "expires")))
+        except (ValueError, KeyError, TypeError) as error:
+            raise FormatError(url, f"not a checkpoint lease ({error!r}); delete it if no run "
+                                   "is using this checkpoint path") from error
+        if record.pid <= 0 or any(t.tzinfo is None for t in (record.started, record.heartbeat,
+                                                             record.expires)):
+            raise FormatError(url, "not a checkpoint lease (a pid above 0 and times with a "
+                                   "time zone expected); delete it if no run is using this "
+                                   "checkpoint path")
+        return record
+
+    def describe(self) -> str:
+        return (f"{self.command} (pid {self.pid} on host {self.host}) since "
+                f"{_stamp(self.started)}, last heartbeat {_stamp(self.heartbeat)}, expires "
+                f"{_stamp(self.expires)}")
+
+
+def process_is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def stale_reason(lease: LeaseRecord, now: datetime, host: str, pid: int,
+                 is_running: Callable[[int], bool] = process_is_running) -> str | None:
+    """Why another token's lease is no longer held (None: its holder may be alive)."""
+    if now >= lease.expires:
+        return f"it expired at {_stamp(lease.expires)}"
+    if lease.host != host:
+        return None
+    if lease.pid == pid:
+        return f"pid {pid} on this host is this process (a restarted container)"
+    if not is_running(lease.pid):
+        return f"its process {lease.pid} on this host is gone"
+    return None
+
+
+def stop_this_process(message: str) -> None:
+    """What a holder does when its lease was taken over: stop writing at once (its Hogwild
+    workers too), as a crash would; the checkpoint keeps its last committed version."""
+    print(message, file=sys.stderr, flush=True)
+    for child in multiprocessing.active_children():
+        child.kill()
+    os._exit(EXIT_TRANSIENT)
+
+
+class CheckpointLease:
+    """This process's lease on one checkpoint directory."""
+
+    def __init__(self, directory: Directory, command: str, *,
+                 interval: float = HEARTBEAT_INTERVAL_S, expiry: float = EXPIRY_S,
+                 settle: float | None = None) -> None:
+        self.directory = directory
+        self.command = command
+        self.interval = interval
+        self.expiry = expiry
+        self.settle = settle if settle is not None else (
+            SETTLE_LOCAL_S if directory.is_local else SETTLE_REMOTE_S)
+        self.url = directory.url_of(LEASE_FILE)
+        self.token = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.started = _now()
+
+    def read(self) -> LeaseRecord | None:
+        """The lease file's record (None: no lease)."""
+        try:
+            text = self.directory.read_text(LEASE_FILE)
+        except FileNotFoundError:
+            return None
+        return LeaseRecord.from_json(text, self.url)
+
+    def acquire(self) -> str | None:
+        """Take the lease, or raise LeaseHeldError naming its holder.
+
+        Returns, when the lease of a dead holder was taken over, who that was and why it
+        counts as dead (for the log).
+        """
+        replaced = None
+        current = self.read()
+        if current is not None:
+            reason = stale_reason(current, _now(), self.host, self.pid)
+            if reason is None:
+                raise self._held_by(current)
+            replaced = f"{current.describe()}: {reason}"
+        self.started = _now()
+        self._write()
+        time.sleep(self.settle)
+        confirmed = self.read()
+        if confirmed is None or confirmed.token != self.token:
+            raise self._held_by(confirmed)
+        return replaced
+
+    def release(self) -> None:
+        """Delete the lease file if it is still ours (best effort: a lease left behind is
+        taken over once its holder is found dead)."""
+        try:
+            current = self.read()
+            if current is not None and current.token == self.token:
+                self.directory.delete(LEASE_FILE)
+        except (TesseraError, OSError) as error:
+            logger.warning("%s: could not release the lease (%s); it expires by itself",
+                           self.url, error)
+
+    @contextlib.contextmanager
+    def renewing(self, on_lost: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Renew the lease from a background thread while the block runs.
+
+        Enter it after the Hogwild workers are started: they are forked only from a process
+        that runs no other thread. `on_lost` is called with the error message if another run
+        took the lease over (default: stop this process with exit 75).
+        """
+        stop = threading.Event()
+        thread = threading.Thread(target=self._renew_until, name="checkpoint-lease",
+                                  args=(stop, on_lost or self._stop), daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def _renew_until(self, stop: threading.Event, on_lost: Callable[[str], None]) -> None:
+        while True:
+            try:
+                current = self.read()
+                if current is not None and current.token != self.token:
+                    on_lost(f"{self.url}: the lease on this checkpoint path was taken over by "
+                            f"{current.describe()}; stopping, so that two runs never write "
+                            "one checkpoint")
+                    return
+                self._write()
+            except (TesseraError, OSError) as error:  # storage trouble: the run sees it too
+                logger.warning("%s: could not renew the lease (%s); retrying in %.0f s",
+                               self.url, error, self.interval)
+            if stop.wait(self.interval):
+                return
+
+    def _stop(self, message: str) -> None:
+        stop_this_process(f"{self.command}: error: {message}")
+
+    def _write(self) -> None:
+        now = _now()
+        record = LeaseRecord(self.token, self.command, self.host, self.pid, self.started, now,
+                             now + timedelta(seconds=self.expiry))
+        self.directory.write_text(LEASE_FILE, record.to_json())
+
+    def _held_by(self, holder: LeaseRecord | None) -> LeaseHeldError:
+        if holder is None:
+            return LeaseHeldError(f"{self.url}: another run took and released the lease on "
+                                  "this checkpoint path while this one was taking it; retry")
+        return LeaseHeldError(
+            f"{self.url}: the checkpoint path is in use by {holder.describe()}; wait for that "
+            "run to end or stop it (a stopped run's lease is taken over at once on its own "
+            "host, elsewhere once it expires)")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds")
