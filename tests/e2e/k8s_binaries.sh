@@ -5,12 +5,18 @@
 # Debian's Go, etcd comes from Debian's `etcd-server`. The result is cached, so a second run
 # only prints the folder. Needs root (or sudo) for apt-get on the first run.
 #
-#   tests/e2e/k8s_binaries.sh          # prints the folder; KUBEBUILDER_ASSETS=<it> pytest ...
+#   tests/e2e/k8s_binaries.sh          # builds if needed, prints the folder
+#   tests/e2e/k8s_binaries.sh --where  # only prints the folder (where the tests look)
 set -euo pipefail
 
 VERSION=v1.20.2
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tessera/k8s-$VERSION"
 BINARIES=(etcd kube-apiserver kube-controller-manager)
+
+if [[ "${1:-}" == --where ]]; then
+    echo "$CACHE"
+    exit 0
+fi
 
 complete() {
     local name
@@ -51,7 +57,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
 fi
 as_root apt-get update -qq
-as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync jq make >/dev/null
+as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go rsync jq make openssl >/dev/null
 
 mkdir -p "$(dirname "$CACHE")"
 work=$(mktemp -d "$(dirname "$CACHE")/build.XXXXXX")
