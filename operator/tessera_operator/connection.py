@@ -21,8 +21,14 @@ from pathlib import Path
 import kopf
 from kubernetes_asyncio import client, config
 
+from tessera.errors import BadInputError
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
+
+
+class CredentialsError(BadInputError):
+    """No credentials were found, or they cannot be read; the message says which and why."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ async def load_login() -> Login:
         return _from_service_account()
     if DEFAULT_KUBECONFIG.expanduser().is_file():
         return await _from_kubeconfig(str(DEFAULT_KUBECONFIG.expanduser()))
-    raise kopf.PermanentError(
+    raise CredentialsError(
         "no Kubernetes credentials: set KUBECONFIG, run in a pod with a service account, "
         f"or write {DEFAULT_KUBECONFIG}")
 
@@ -52,20 +58,29 @@ async def _from_kubeconfig(paths: str) -> Login:
     configuration = client.Configuration()
     missing = [path for path in paths.split(os.pathsep) if path and not Path(path).is_file()]
     if missing:
-        raise kopf.PermanentError(f"KUBECONFIG: no such file {missing[0]}; point it at a "
-                                  "kubeconfig file")
+        raise CredentialsError(f"KUBECONFIG: no such file {missing[0]}; point it at a "
+                               "kubeconfig file")
     try:
         loader = await config.load_kube_config(config_file=paths, persist_config=False,
                                                client_configuration=configuration)
-    except (config.ConfigException, KeyError, ValueError, OSError) as problem:
-        raise kopf.PermanentError(f"KUBECONFIG {paths}: {problem}") from None
+    except (config.ConfigException, KeyError, TypeError, ValueError, OSError,
+            AssertionError) as problem:  # (the loader asserts that the context exists)
+        raise CredentialsError(f"kubeconfig {paths}: cannot use it ({_said(problem)}); "
+                               "check it with `kubectl config view`") from None
     return Login(configuration, getattr(loader, "exec_plugin_expiry", None), f"kubeconfig {paths}")
 
 
 def _from_service_account() -> Login:
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except (config.ConfigException, OSError) as problem:
+        raise CredentialsError(f"service account {SERVICE_ACCOUNT}: {problem}") from None
     return Login(configuration, None, "in-cluster service account")
+
+
+def _said(problem: BaseException) -> str:
+    return " ".join(str(problem).split()) or type(problem).__name__
 
 
 def connection_info(login: Login) -> kopf.ConnectionInfo:

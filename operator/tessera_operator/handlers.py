@@ -24,7 +24,7 @@ import kopf
 
 from .api import KubeApi
 from .children import children
-from .connection import Login, connection_info, load_login
+from .connection import CredentialsError, Login, connection_info, load_login
 from .crd import GROUP, KIND, PLURAL
 from .decisions import ActionKind, next_action
 from .job import view_job
@@ -45,7 +45,10 @@ _login: list[Login] = []  # the latest login; kopf logs in again on 401 and at e
 @kopf.on.login()
 async def login(logger: kopf.Logger, **_: Any) -> kopf.ConnectionInfo:
     """Load the credentials (see `connection`); kept for the reconciles' API calls."""
-    found = await load_login()
+    try:
+        found = await load_login()
+    except CredentialsError as error:
+        raise kopf.PermanentError(str(error)) from None
     _login[:] = [found]
     logger.info(f"logged in to {found.configuration.host} with the {found.source}")
     return connection_info(found)
