@@ -2,22 +2,34 @@
 
 Every argument is passed on to `kopf run` (`--namespace NS`/`--all-namespaces`,
 `--standalone`, `--liveness URL`, `--log-format json`, `--verbose`...), which is given the
-handler module, so the container's command needs no knowledge of kopf.
+handler module, so the container's command needs no knowledge of kopf. Credentials that
+cannot be used stop it at once with exit code 65 and one line saying why (under kopf, a failed
+login is retried forever).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from kopf.cli import main as kopf_main
 
+from .connection import CredentialsError, load_login
+
+PROG = "python -m tessera_operator"
 HANDLERS = "tessera_operator.handlers"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run `kopf run -m tessera_operator.handlers ARGS...` (exits with kopf's status)."""
     args = sys.argv[1:] if argv is None else argv
-    kopf_main(["run", "-m", HANDLERS, *args], prog_name="python -m tessera_operator")
+    if not {"-h", "--help"} & set(args):
+        try:
+            asyncio.run(load_login())
+        except CredentialsError as error:
+            print(f"{PROG}: error: {error}", file=sys.stderr)
+            sys.exit(error.exit_code)
+    kopf_main(["run", "-m", HANDLERS, *args], prog_name=PROG)
 
 
 if __name__ == "__main__":

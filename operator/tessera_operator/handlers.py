@@ -8,15 +8,14 @@ status for CREATE, status before deletions otherwise. The daemon then sleeps unt
 event of the job or of one of its pods wakes it, until `action.requeue_after`, or for at most
 `RECONCILE_INTERVAL` seconds. Nothing is remembered between reconciles but the job's status.
 
-The API is reached with the credentials kopf logs in with (a service account in the cluster,
-a kubeconfig outside it); only `aiohttp`, which kopf itself uses, is needed.
+The API is reached through `kubernetes_asyncio` (`api.KubeApi`), with the credentials of the
+latest login (`connection`), which kopf's own watches use too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -24,7 +23,9 @@ from typing import Any
 import aiohttp
 import kopf
 
+from .api import KubeApi
 from .children import children
+from .connection import CredentialsError, Login, connection_info, load_login
 from .crd import GROUP, KIND, PLURAL
 from .decisions import ActionKind, next_action, progress_pod
 from .job import view_job
@@ -41,16 +42,19 @@ LOG_READ_SECONDS = 10.0  # a log read that takes longer is given up until the ne
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
 
 _log = logging.getLogger(__name__)
-_connection: list[kopf.ConnectionInfo] = []  # the latest login; kopf re-logs in on 401
+_login: list[Login] = []  # the latest login; kopf logs in again on 401 and at expiry
 
 
 @kopf.on.login()
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster service account first, then a kubeconfig; kept for the API calls below."""
-    info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-    if info is not None:
-        _connection[:] = [info]
-    return info
+async def login(logger: kopf.Logger, **_: Any) -> kopf.ConnectionInfo:
+    """Load the credentials (see `connection`); kept for the reconciles' API calls."""
+    try:
+        found = await load_login()
+    except CredentialsError as error:
+        raise kopf.PermanentError(str(error)) from None
+    _login[:] = [found]
+    logger.info(f"logged in to {found.configuration.host} with the {found.source}")
+    return connection_info(found)
 
 
 @kopf.on.startup()
@@ -59,67 +63,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # namespaces and CRDs, which the operator's least-privilege RBAC does not allow.
     settings.scanning.disabled = True
     memo.wakeups = {}  # (namespace, name) -> the asyncio.Event that wakes the job's daemon
-
-
-class ApiError(kopf.TemporaryError):
-    """An error status from the API server (`status` says which)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message, delay=5)
-        self.status = status
-
-
-class KubeApi:
-    """The few API calls a reconcile makes, over one aiohttp session."""
-
-    def __init__(self, info: kopf.ConnectionInfo) -> None:
-        self.server = info.server.rstrip("/")
-        headers = {"Accept": "application/json"}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
-        auth = aiohttp.BasicAuth(info.username, info.password or "") if info.username else None
-        self.session = aiohttp.ClientSession(headers=headers, auth=auth,
-                                             connector=aiohttp.TCPConnector(ssl=_ssl(info)))
-
-    async def __aenter__(self) -> KubeApi:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.session.close()
-
-    async def call(self, method: str, path: str, body: Any = None, *,
-                   params: Mapping[str, str] | None = None,
-                   headers: Mapping[str, str] | None = None, ok: tuple[int, ...] = ()) -> Any:
-        """The JSON (or text) answer; None for a status listed in `ok` (404, 409...)."""
-        async with self.session.request(method, self.server + path, json=body, params=params,
-                                        headers=headers) as response:
-            if response.status in ok:
-                return None
-            if response.status >= 400:
-                raise ApiError(response.status,
-                               f"{method} {path}: {response.status} {await response.text()}")
-            if response.content_type == "application/json":
-                return await response.json()
-            return await response.text()
-
-
-def _ssl(info: kopf.ConnectionInfo) -> ssl.SSLContext | bool:
-    if info.insecure:
-        return False
-    context = ssl.create_default_context(cafile=info.ca_path, cadata=(
-        info.ca_data.decode() if info.ca_data else None))
-    if info.certificate_path and info.private_key_path:
-        context.load_cert_chain(info.certificate_path, info.private_key_path)
-    return context
-
-
-def _collection(namespace: str, manifest: Mapping[str, Any]) -> str:
-    """The URL path where objects like `manifest` are created."""
-    version = manifest["apiVersion"]
-    root = "/api/v1" if version == "v1" else f"/apis/{version}"
-    kind = manifest["kind"].lower()
-    plural = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
-    return f"{root}/namespaces/{namespace}/{plural}"
 
 
 def _job_path(namespace: str, name: str) -> str:
@@ -138,7 +81,7 @@ async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.Daem
     while not stopped:
         wakeup.clear()  # before reading, so a change during the reconcile wakes the next one
         try:
-            async with KubeApi(_connection[0]) as api:
+            async with KubeApi(_login[0].configuration) as api:
                 delay = await reconcile(api, namespace, name)
         except (kopf.TemporaryError, aiohttp.ClientError) as problem:
             logger.warning(f"reconcile failed, retrying: {problem}")
@@ -218,9 +161,8 @@ async def _trainer_progress(api: KubeApi, namespace: str,
 async def _create(api: KubeApi, namespace: str, manifest: Mapping[str, Any]) -> None:
     """Create a child; one that exists is kept, except the ConfigMap, whose data (the run's
     config) is patched to this run's."""
-    collection = _collection(namespace, manifest)
-    created = await api.call("POST", collection, manifest, ok=(409,))
-    if created is None and manifest["kind"] == "ConfigMap":
-        await api.call("PATCH", f"{collection}/{manifest['metadata']['name']}",
-                       {"metadata": {"labels": manifest["metadata"].get("labels", {})},
-                        "data": manifest["data"]}, headers=MERGE_PATCH)
+    created = await api.create(namespace, manifest)
+    if not created and manifest["kind"] == "ConfigMap":
+        await api.patch_config_map(namespace, manifest["metadata"]["name"],
+                                   {"metadata": {"labels": manifest["metadata"].get("labels", {})},
+                                    "data": manifest["data"]})

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ NAMESPACE = "ml"
 JOB_API = "tessera.dev/v1alpha1"
 JOB_KIND = "EmbeddingJob"
 JOBS = kmock.resource("tessera.dev", "v1alpha1", "embeddingjobs")
+Launcher = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
 STOP_SECONDS = 10.0
 JOB_SECONDS = 120.0  # the longest a job of these tests may take, on a busy machine
 STATUS_SECONDS = 30.0  # the operator reads progress at least every 10 s
@@ -57,17 +59,30 @@ def write_kubeconfig(server: str, path: Path) -> Path:
 
 
 class OperatorProcess:
-    """`python -m tessera_operator` against the test API server; stoppable and restartable."""
+    """`python -m tessera_operator` against the test API server; stoppable and restartable.
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
+    It logs in with `kubeconfig`, or, with none, as `launch` arranges (a sandbox that shows it
+    a service account where a pod has one): `launch` turns the command and environment into
+    those to run."""
+
+    def __init__(self, kubeconfig: Path | None, log: Path,
+                 scope: tuple[str, ...] = ("--namespace", NAMESPACE),
+                 launch: Launcher | None = None) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
+        self.scope = scope
+        self.launch = launch
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "tessera_operator", "--standalone",
-                   "--namespace", NAMESPACE, "--verbose"]
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        command = [sys.executable, "-m", "tessera_operator", "--standalone", *self.scope,
+                   "--verbose"]
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        if self.kubeconfig is not None:
+            env["KUBECONFIG"] = str(self.kubeconfig)
+        if self.launch is not None:
+            command, env = self.launch(command, env)
         with open(self.log, "ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=env,

@@ -1,7 +1,10 @@
 """Fixtures of the end-to-end tests (see `cluster` for what they start).
 
 `cluster` is a whole cluster: API server, kubelet and operator; `kube` only the API server
-(with the namespace and the CRD), for what needs no controller. `s3_job` turns
+(with the namespace and the CRD), for what needs no controller. Both serve the API with the
+emulator of `kube_api`; `control_plane` is a real one (`real_cluster`: etcd, kube-apiserver,
+kube-controller-manager), shared by a test module, which may override `static_token_users`
+(the users the API server's token file authenticates). `s3_job` turns
 `crds/examples/s3-secret.yaml` into a job that trains a small planted graph uploaded to the
 test S3 server, with the Secret holding that server's credentials. When a test fails, pytest
 shows the operator's log.
@@ -25,8 +28,10 @@ from e2e.cluster import (
     start_api,
     write_kubeconfig,
 )
-from e2e.kube_client import KubeClient
+from e2e.kube_client import KubeClient, eventually
 from e2e.kubelet import Kubelet
+from e2e.pki import Pki
+from e2e.real_cluster import ControlPlane, MissingBinaries
 from support.planted import write_planted_graph
 
 Job = tuple[dict[str, Any], dict[str, Any]]
@@ -56,6 +61,36 @@ def kube() -> Iterator[KubeClient]:
         yield kube
     finally:
         api.stop()
+
+
+@pytest.fixture(scope="module")
+def static_token_users() -> tuple[str, ...]:
+    return ()
+
+
+@pytest.fixture(scope="module")
+def control_plane(tmp_path_factory: pytest.TempPathFactory,
+                  static_token_users: tuple[str, ...]) -> Iterator[ControlPlane]:
+    """A real control plane with the EmbeddingJob CRD from `crds/` (and no nodes)."""
+    folder = tmp_path_factory.mktemp("control-plane")
+    plane = ControlPlane(folder, Pki(folder / "pki"))
+    try:
+        plane.start(static_token_users)
+        admin = plane.client("default")
+        crd = admin.apply(yaml.safe_load((REPO / "crds" / "embeddingjob.yaml").read_text()))
+        eventually(lambda: _established(admin.get(crd["apiVersion"], crd["kind"],
+                                                  crd["metadata"]["name"])),
+                   "the EmbeddingJob CRD to be established", 60)
+        yield plane
+    except MissingBinaries as missing:
+        pytest.fail(str(missing), pytrace=False)
+    finally:
+        plane.stop()
+
+
+def _established(crd: dict[str, Any] | None) -> bool:
+    conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 def _planted_on_s3(s3_dir: Any, tmp_path: Path, partitions: int) -> TrainingData:

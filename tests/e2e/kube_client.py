@@ -9,6 +9,7 @@ request has a timeout, and `eventually` bounds every wait.
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -34,9 +35,11 @@ class ApiError(Exception):
 class KubeClient:
     """Create, read, patch and delete objects of one namespace (or cluster-scoped ones)."""
 
-    def __init__(self, server: str, namespace: str) -> None:
+    def __init__(self, server: str, namespace: str,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.server = server.rstrip("/")
         self.namespace = namespace
+        self.ssl_context = ssl_context  # the CA and client certificate of an https server
         self._resources: dict[tuple[str, str], tuple[str, bool]] = {}
 
     def request(self, method: str, path: str, body: Any = None, *,
@@ -47,7 +50,8 @@ class KubeClient:
         request = urllib.request.Request(self.server + path + query, data, method=method,
                                          headers={"Content-Type": content_type})
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS,
+                                        context=self.ssl_context) as response:
                 text = response.read().decode()
                 is_json = response.headers.get_content_type() == "application/json"
         except urllib.error.HTTPError as error:
