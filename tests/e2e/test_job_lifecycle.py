@@ -112,8 +112,11 @@ def test_a_killed_trainer_restarts_and_resumes_from_the_last_checkpoint(
     assert finished["status"]["restarts"] == 1
     assert finished["status"]["checkpoint"]["version"] == 5
     first, second = cluster.kubelet.logs(TRAINER)
-    before = committed_versions(first)
-    assert before and committed_versions(second) == list(range(before[-1] + 1, 6))
+    before, after = committed_versions(first), committed_versions(second)
+    # A trainer announces a version after committing it: killed between the two, its last
+    # commit is in storage but not in its log, and the second run starts one version later.
+    assert before and after and after[0] - before[-1] in (1, 2)
+    assert after == list(range(after[0], 6))
 
 
 def test_a_bad_config_fails_the_job_at_once_naming_the_file(
