@@ -1,10 +1,11 @@
 """`python -m tessera_operator [kopf run options]`: runs the operator's kopf handlers.
 
 Every argument is passed on to `kopf run` (`--namespace NS`/`--all-namespaces`,
-`--standalone`, `--liveness URL`, `--log-format json`, `--verbose`...), which is given the
-handler module, so the container's command needs no knowledge of kopf. Credentials that
-cannot be used stop it at once with exit code 65 and one line saying why (under kopf, a failed
-login is retried forever).
+`--standalone` or `--peering NAME`, `--liveness URL`, `--log-format json`, `--verbose`...),
+which is given the handler module, so the container's command needs no knowledge of kopf.
+With `--peering` and no `--priority`, the replica's priority comes from its start time
+(`peering`). Credentials that cannot be used stop it at once with exit code 65 and one line
+saying why (under kopf, a failed login is retried forever).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from kopf.cli import main as kopf_main
 
 from .connection import CredentialsError, load_login
+from .peering import with_priority
 
 PROG = "python -m tessera_operator"
 HANDLERS = "tessera_operator.handlers"
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
         except CredentialsError as error:
             print(f"{PROG}: error: {error}", file=sys.stderr)
             sys.exit(error.exit_code)
-    kopf_main(["run", "-m", HANDLERS, *args], prog_name=PROG)
+    kopf_main(["run", "-m", HANDLERS, *with_priority(args)], prog_name=PROG)
 
 
 if __name__ == "__main__":

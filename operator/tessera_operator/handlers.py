@@ -30,6 +30,7 @@ from .crd import GROUP, KIND, PLURAL
 from .decisions import ActionKind, next_action, progress_pod
 from .job import view_job
 from .labels import LABEL_JOB, job_selector
+from .peering import LIFETIME
 from .pods import observe_pod
 from .progress import TrainingProgress, log_read_failure, parse_progress
 from .spec import API_VERSION
@@ -62,6 +63,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # The chart installs the CRD and names the namespaces: no cluster-wide scans of
     # namespaces and CRDs, which the operator's least-privilege RBAC does not allow.
     settings.scanning.disabled = True
+    settings.peering.lifetime = LIFETIME  # with --peering: how soon a standby takes over
     memo.wakeups = {}  # (namespace, name) -> the asyncio.Event that wakes the job's daemon
 
 

@@ -67,15 +67,17 @@ class OperatorProcess:
 
     def __init__(self, kubeconfig: Path | None, log: Path,
                  scope: tuple[str, ...] = ("--namespace", NAMESPACE),
-                 launch: Launcher | None = None) -> None:
+                 launch: Launcher | None = None,
+                 peering: tuple[str, ...] = ("--standalone",)) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.scope = scope
         self.launch = launch
+        self.peering = peering  # --standalone, or --peering NAME for one of several replicas
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "tessera_operator", "--standalone", *self.scope,
+        command = [sys.executable, "-m", "tessera_operator", *self.peering, *self.scope,
                    "--verbose"]
         env = {key: value for key, value in os.environ.items()
                if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}

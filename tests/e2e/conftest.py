@@ -71,16 +71,19 @@ def static_token_users() -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory,
                   static_token_users: tuple[str, ...]) -> Iterator[ControlPlane]:
-    """A real control plane with the EmbeddingJob CRD from `crds/` (and no nodes)."""
+    """A real control plane with the CRDs from `crds/` (EmbeddingJob, kopf's peering; no
+    nodes)."""
     folder = tmp_path_factory.mktemp("control-plane")
     plane = ControlPlane(folder, Pki(folder / "pki"))
     try:
         plane.start(static_token_users)
         admin = plane.client("default")
-        crd = admin.apply(yaml.safe_load((REPO / "crds" / "embeddingjob.yaml").read_text()))
-        eventually(lambda: _established(admin.get(crd["apiVersion"], crd["kind"],
-                                                  crd["metadata"]["name"])),
-                   "the EmbeddingJob CRD to be established", 60)
+        for path in sorted((REPO / "crds").glob("*.yaml")):
+            for crd in [admin.apply(document) for document in
+                        yaml.safe_load_all(path.read_text())]:
+                eventually(lambda c=crd: _established(admin.get(
+                    c["apiVersion"], c["kind"], c["metadata"]["name"])),
+                    f"the CRD {crd['metadata']['name']} to be established", 60)
         yield plane
     except MissingBinaries as missing:
         pytest.fail(str(missing), pytrace=False)
