@@ -15,9 +15,9 @@ from tessera.distributed.lock_server import LockService
 from tessera.distributed.world import WorldLayout
 from tessera.errors import BadInputError, TransientError
 from tessera.progress import Reporter
-from tessera.training.bucket import Bucket
 from tessera.training.graph_data import GraphData
-from tessera.training.schedule import ChunkPosition, TrainingSchedule
+from tessera.training.schedule import TrainingSchedule
+from tessera.vocabulary import Bucket, ChunkPosition
 
 
 def make_service(num_epochs: int = 2, early_stopping: bool = False,

@@ -20,7 +20,6 @@ from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
 from tessera.training import bucket_trainer, hogwild
-from tessera.training.bucket import Bucket
 from tessera.training.bucket_trainer import BucketOutcome
 from tessera.training.coordinator import EarlyStopping, train
 from tessera.training.graph_data import GraphData
@@ -28,6 +27,7 @@ from tessera.training.partitions import PartitionLoader
 from tessera.training.schedule import TrainingStep
 from tessera.training.seeding import stable_seed
 from tessera.training.worker import ModelState, WorkerStats, WorkerTask, train_part
+from tessera.vocabulary import Bucket
 
 QUIET = Reporter("quiet")
 

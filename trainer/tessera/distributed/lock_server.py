@@ -21,7 +21,6 @@ from ..errors import EXIT_TRANSIENT
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
-from ..training.bucket import Bucket
 from ..training.bucket_trainer import partition_keys
 from ..training.coordinator import (
     EarlyStopping,
@@ -31,8 +30,8 @@ from ..training.coordinator import (
     should_stop,
 )
 from ..training.graph_data import GraphData
-from ..training.partitions import PartitionKey
-from ..training.schedule import ChunkPosition, TrainingSchedule
+from ..training.schedule import TrainingSchedule
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .bucket_locks import BucketLocks
 from .liveness import Liveness
 from .lock_client import LOCKS_SERVICE

@@ -21,7 +21,8 @@ from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
 from ..training.coordinator import open_init_store
 from ..training.graph_data import GraphData
-from ..training.partitions import Partition, PartitionKey, PartitionLoader, all_partition_keys
+from ..training.partitions import Partition, PartitionLoader, all_partition_keys
+from ..vocabulary import PartitionKey
 from .heartbeat import peer_session
 from .lock_client import LockClient
 from .parameter_server import ParameterServer

@@ -18,7 +18,6 @@ from ..config import ConfigSchema
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
-from ..training.bucket import Bucket
 from ..training.bucket_trainer import BucketOutcome
 from ..training.coordinator import (
     JobProgress,
@@ -34,8 +33,9 @@ from ..training.coordinator import (
 from ..training.graph_data import GraphData, check_has_edges
 from ..training.model_checkpoint import save_model
 from ..training.partitions import PartitionLoader
-from ..training.schedule import ChunkPosition, TrainingSchedule
+from ..training.schedule import TrainingSchedule
 from ..training.worker import ModelState
+from ..vocabulary import Bucket, ChunkPosition
 from .heartbeat import exit_now, peer_session
 from .lock_client import LockClient
 from .parameter_server import ParameterSync, shared_tensors

@@ -14,11 +14,11 @@ import torch
 from ..config import ConfigSchema
 from ..edgelist import EdgeList
 from ..evaluation.sampled import rank_against_sampled
+from ..vocabulary import Bucket, PartitionKey
 from .batching import shuffle_edges, split_among_workers, split_holdout
-from .bucket import Bucket
 from .graph_data import GraphData
 from .hogwild import Pool
-from .partitions import Partition, PartitionKey
+from .partitions import Partition
 from .schedule import TrainingStep
 from .seeding import stable_seed
 from .worker import BatchSettings, ModelState, WorkerTask, train_part

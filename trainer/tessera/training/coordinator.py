@@ -30,15 +30,15 @@ from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
-from .bucket import Bucket
 from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
 from .graph_data import GraphData, check_edge_paths, check_has_edges
 from .hogwild import make_pool
 from .model_checkpoint import INIT_PATH, load_model, save_model
 from .optimizers import make_model_optimizer
-from .partitions import Partition, PartitionHolder, PartitionKey
-from .schedule import ChunkPosition, TrainingSchedule, TrainingStep, num_edge_chunks
+from .partitions import Partition, PartitionHolder
+from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
 from .worker import ModelState, train_part
 
 

@@ -18,8 +18,7 @@ from ..errors import ConfigError, FormatError
 from ..storage.edges import bucket_file, read_bucket, read_bucket_size
 from ..storage.entities import read_dynamic_relation_count, read_entity_counts
 from ..storage.fs import Directory
-from .bucket import Bucket, all_buckets
-from .schedule import chunk_range
+from ..vocabulary import Bucket, all_buckets, chunk_range
 
 
 @dataclass

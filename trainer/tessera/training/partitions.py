@@ -21,11 +21,10 @@ import torch
 
 from ..config import ConfigSchema
 from ..storage.checkpoint import CheckpointStore, embeddings_file
+from ..vocabulary import PartitionKey
 from .hogwild import empty_for_workers, share_with_workers
 from .optimizers import load_optimizer_state, row_adagrad_state
 from .seeding import stable_seed
-
-PartitionKey = tuple[str, int]  # (entity type, partition)
 
 
 @dataclass

@@ -15,9 +15,10 @@ from torch import nn
 
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
+from ..vocabulary import PartitionKey
 from .batching import iter_batches
 from .optimizers import DenseAdagrad, RowAdagrad
-from .partitions import Partition, PartitionKey
+from .partitions import Partition
 
 
 @dataclass
