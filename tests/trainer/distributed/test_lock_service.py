@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from tessera.config import parse_config
+from tessera.data.graph_data import GraphData
 from tessera.distributed.liveness import Liveness
 from tessera.distributed.lock_server import LockService
 from tessera.distributed.world import WorldLayout
 from tessera.errors import BadInputError, TransientError
 from tessera.progress import Reporter
-from tessera.training.graph_data import GraphData
 from tessera.training.schedule import TrainingSchedule
 from tessera.vocabulary import Bucket, ChunkPosition
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData
 from ..errors import EXIT_TRANSIENT
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
-from ..training.bucket_trainer import partition_keys
 from ..training.coordinator import (
     EarlyStopping,
     checkpoint_lease,
@@ -29,7 +29,6 @@ from ..training.coordinator import (
     resume_position,
     should_stop,
 )
-from ..training.graph_data import GraphData
 from ..training.schedule import TrainingSchedule
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .bucket_locks import BucketLocks
@@ -203,7 +202,7 @@ class LockService:
 
 
 def _keys_of(data: GraphData, bucket: Bucket) -> frozenset[PartitionKey]:
-    lhs, rhs = partition_keys(data, bucket)
+    lhs, rhs = data.partition_keys(bucket)
     return frozenset(lhs) | frozenset(rhs)
 
 

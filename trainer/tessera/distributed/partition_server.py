@@ -16,11 +16,11 @@ import threading
 import torch
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
 from ..training.coordinator import open_init_store
-from ..training.graph_data import GraphData
 from ..training.partitions import Partition, PartitionLoader, all_partition_keys
 from ..vocabulary import PartitionKey
 from .heartbeat import peer_session

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData, check_has_edges
+from ..model.model_io import save_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..storage.fs import Directory
@@ -30,8 +32,6 @@ from ..training.coordinator import (
     open_init_store,
     publish_checkpoint,
 )
-from ..training.graph_data import GraphData, check_has_edges
-from ..training.model_checkpoint import save_model
 from ..training.partitions import PartitionLoader
 from ..training.schedule import TrainingSchedule
 from ..training.worker import ModelState

@@ -24,18 +24,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..errors import BadInputError
 from ..model import EmbeddingModel
+from ..model.model_io import INIT_PATH, load_model, save_model
 from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
-from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
-from .graph_data import GraphData, check_edge_paths, check_has_edges
+from .bucket_trainer import BucketOutcome, BucketTrainer
 from .hogwild import make_pool
-from .model_checkpoint import INIT_PATH, load_model, save_model
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
@@ -259,7 +259,7 @@ class TrainingRun:
                     task: Task) -> BucketOutcome:
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)
-        lhs_keys, rhs_keys = partition_keys(self.data, bucket)
+        lhs_keys, rhs_keys = self.data.partition_keys(bucket)
         metadata = iteration_metadata(self.config, self.schedule, position)
         partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from tessera.config.schema import BucketOrderName, ConfigSchema
 from tessera.errors import BadInputError
+from tessera.seeding import stable_seed
 from tessera.training.bucket_order import BUCKET_ORDERS
-from tessera.training.seeding import stable_seed
 from tessera.vocabulary import Bucket, ChunkPosition
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..data.batching import iter_batches
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
 from ..vocabulary import PartitionKey
-from .batching import iter_batches
 from .optimizers import DenseAdagrad, RowAdagrad
 from .partitions import Partition
 

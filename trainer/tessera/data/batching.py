@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from tessera.edgelist import EdgeList
-from tessera.training.seeding import stable_seed
+from tessera.seeding import stable_seed
 from tessera.vocabulary import chunk_range
 
 
