@@ -21,7 +21,6 @@ from ..data.graph_data import GraphData
 from ..errors import EXIT_TRANSIENT
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
 from ..training.coordinator import (
     EarlyStopping,
     checkpoint_lease,
@@ -219,7 +218,7 @@ def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail early on a bad entity_path
     with checkpoint_lease(config, "tessera lock-server", reporter) as lease:
-        store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+        store = CheckpointStore.from_config(config)
         store.remove_uncommitted(config.to_dict())  # before anyone joins: no one writes yet
         version = store.current_version()
         schedule = make_schedule(config, data)

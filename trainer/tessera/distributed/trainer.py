@@ -19,7 +19,6 @@ from ..data.graph_data import GraphData, check_has_edges
 from ..model.model_io import save_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
 from ..training.bucket_trainer import BucketOutcome
 from ..training.coordinator import (
     JobProgress,
@@ -29,7 +28,6 @@ from ..training.coordinator import (
     check_trainable,
     iteration_metadata,
     make_schedule,
-    open_init_store,
     publish_checkpoint,
 )
 from ..training.partitions import PartitionLoader
@@ -150,13 +148,13 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
     data.entity_counts  # noqa: B018 - fail before joining on a bad entity_path
     check_has_edges(data)
     schedule = make_schedule(config, data)
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+    store = CheckpointStore.from_config(config)
     world = join_world(layout, Role.TRAINER, rank, settings)
     lock = LockClient(world, rank)
     with peer_session(world, lock):
         plan = lock.hello()
         version, start = plan["committed_version"], plan["start"]
-        init = open_init_store(config)
+        init = CheckpointStore.init_from_config(config)
         state = build_model_state(config, data, store, version, init)
         backend = _backend(world, config, data, store, init, lock, version)
         partitions = RemotePartitions(backend, lock)

@@ -27,7 +27,6 @@ from ..model import EmbeddingModel
 from ..model.model_io import load_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
 from .filtering import KnownEdges, mask_known
 from .metrics import RankingMetrics
 from .sampled import TablesOf, rank_against_sampled
@@ -42,7 +41,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     check_edge_paths(config)
     data = GraphData(config)
     check_has_edges(data)
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+    store = CheckpointStore.from_config(config)
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to evaluate; run "

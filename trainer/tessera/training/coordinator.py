@@ -30,7 +30,6 @@ from ..model import EmbeddingModel
 from ..model.model_io import INIT_PATH, load_model, save_model
 from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
-from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
@@ -100,10 +99,10 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     check_has_edges(data)
     with checkpoint_lease(config, "tessera train", reporter) as lease:
-        store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+        store = CheckpointStore.from_config(config)
         store.remove_uncommitted(config.to_dict())
         version = store.current_version()
-        init = open_init_store(config)
+        init = CheckpointStore.init_from_config(config)
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         state = build_model_state(config, data, store, version, init)
@@ -119,7 +118,7 @@ def checkpoint_lease(config: ConfigSchema, command: str,
                      reporter: Reporter) -> Iterator[CheckpointLease]:
     """The job's lease on its checkpoint path, held (not yet renewed) for the block: taken
     before anything there is read or deleted, so that two jobs never write one checkpoint."""
-    lease = CheckpointLease(Directory.from_config(config.checkpoint_path, config), command)
+    lease = CheckpointLease(CheckpointStore.from_config(config).directory, command)
     replaced = lease.acquire()
     if replaced is not None:
         reporter.event("took over the checkpoint lease of a stopped run", previous=replaced)
@@ -143,12 +142,6 @@ def check_trainable(config: ConfigSchema) -> None:
     check_edge_paths(config)
     if config.num_gpus > 0:
         raise BadInputError("num_gpus: Tessera trains on CPUs; set num_gpus: 0")
-
-
-def open_init_store(config: ConfigSchema) -> CheckpointStore | None:
-    if not config.init_path:
-        return None
-    return CheckpointStore(Directory.from_config(config.init_path, config))
 
 
 def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:
