@@ -29,6 +29,7 @@ from ..training.coordinator import (
     iteration_metadata,
     make_schedule,
     publish_checkpoint,
+    report_early_stop,
 )
 from ..training.partitions import PartitionLoader
 from ..training.schedule import TrainingSchedule
@@ -133,8 +134,7 @@ class DistributedCheckpointer:
                            self.lock.position_records(position), self.reporter)
         stop = self.lock.committed(position, version)
         if stop:
-            self.reporter.event("early stopping: the held-out loss went up",
-                                epoch=position.epoch_idx + 1)
+            report_early_stop(self.reporter, position)
         return version, stop
 
 

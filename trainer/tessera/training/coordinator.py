@@ -368,8 +368,13 @@ def should_stop(config: ConfigSchema, schedule: TrainingSchedule, position: Chun
     if not (config.early_stopping and schedule.ends_epoch(position)
             and early_stopping.epoch_ended()):
         return False
-    reporter.event("early stopping: the held-out loss went up", epoch=position.epoch_idx + 1)
+    report_early_stop(reporter, position)
     return True
+
+
+def report_early_stop(reporter: Reporter, position: ChunkPosition) -> None:
+    """The event that says early stopping ended the run after `position`'s epoch."""
+    reporter.event("early stopping: the held-out loss went up", epoch=position.epoch_idx + 1)
 
 
 class EarlyStopping:
