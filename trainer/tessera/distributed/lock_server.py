@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigSchema
@@ -40,24 +41,25 @@ from .settings import DistributedSettings
 from .world import Role, WorldLayout
 
 
+@dataclass(eq=False)  # a live object with state: compared by identity
 class LockService:
     """What trainers and partition servers call on the lock server (thread-safe)."""
 
-    def __init__(self, config: ConfigSchema, data: GraphData, schedule: TrainingSchedule,
-                 committed_version: int, start: ChunkPosition | None, layout: WorldLayout,
-                 reporter: Reporter, liveness: Liveness) -> None:
-        self.config = config
-        self.schedule = schedule
-        self.layout = layout
-        self.reporter = reporter
-        self.liveness = liveness
-        self.committed_version = committed_version
-        self.start = start
-        self.position = start
-        fresh = committed_version == 0 and config.init_path is None
-        self.locks = BucketLocks(lambda b: _keys_of(data, b), fresh_start=fresh)
-        if start is not None:
-            self.locks.start(schedule.buckets(start))
+    config: ConfigSchema
+    data: GraphData
+    schedule: TrainingSchedule
+    committed_version: int
+    start: ChunkPosition | None
+    layout: WorldLayout
+    reporter: Reporter
+    liveness: Liveness
+
+    def __post_init__(self) -> None:
+        self.position = self.start
+        fresh = self.committed_version == 0 and self.config.init_path is None
+        self.locks = BucketLocks(lambda b: _keys_of(self.data, b), fresh_start=fresh)
+        if self.start is not None:
+            self.locks.start(self.schedule.buckets(self.start))
         self.lock = threading.Lock()
         self.early_stopping = EarlyStopping()
         self.arrived: set[int] = set()
@@ -224,8 +226,9 @@ def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         liveness = Liveness(range(1, layout.world_size), settings.peer_timeout)
-        service = LockService(config, data, schedule, version, start, layout, reporter,
-                              liveness)
+        service = LockService(config=config, data=data, schedule=schedule,
+                              committed_version=version, start=start, layout=layout,
+                              reporter=reporter, liveness=liveness)
         with lease.renewing(on_lost=lambda message: liveness.fail(message, EXIT_TRANSIENT)):
             _serve_job(service, layout, settings, reporter)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigSchema
@@ -92,23 +93,20 @@ def _job_progress(progress: dict[str, Any]) -> JobProgress:
                        bucket=progress["bucket"], loss=progress["loss"], mrr=progress["mrr"])
 
 
+@dataclass(eq=False)  # a live object with state: compared by identity
 class DistributedCheckpointer:
     """The checkpoint barrier at the end of each chunk position."""
 
-    def __init__(self, config: ConfigSchema, schedule: TrainingSchedule,
-                 store: CheckpointStore, state: ModelState, partitions: RemotePartitions,
-                 backend: PartitionBackend, sync: ParameterSync, lock: LockClient,
-                 committed_version: int, reporter: Reporter) -> None:
-        self.config = config
-        self.schedule = schedule
-        self.store = store
-        self.state = state
-        self.partitions = partitions
-        self.backend = backend
-        self.sync = sync
-        self.lock = lock
-        self.committed_version = committed_version
-        self.reporter = reporter
+    config: ConfigSchema
+    schedule: TrainingSchedule
+    store: CheckpointStore
+    state: ModelState
+    partitions: RemotePartitions
+    backend: PartitionBackend
+    sync: ParameterSync
+    lock: LockClient
+    committed_version: int
+    reporter: Reporter
 
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         metadata = iteration_metadata(self.config, self.schedule, position)
@@ -163,13 +161,17 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
                              on_failure=lambda error: exit_now(world, str(error),
                                                                error.exit_code))
         with sync:
-            checkpointer = DistributedCheckpointer(config, schedule, store, state, partitions,
-                                                   backend, sync, lock, version, reporter)
+            checkpointer = DistributedCheckpointer(
+                config=config, schedule=schedule, store=store, state=state,
+                partitions=partitions, backend=backend, sync=sync, lock=lock,
+                committed_version=version, reporter=reporter)
             source = LockedBuckets(lock, partitions,
                                    lambda p: iteration_metadata(config, schedule, p),
                                    settings.poll_interval)
-            summary = TrainingRun(config, data, schedule, state, partitions, source,
-                                  checkpointer, reporter).run(start)
+            run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
+                              partitions=partitions, source=source,
+                              checkpointer=checkpointer, reporter=reporter)
+            summary = run.run(start)
         reporter.event("partition traffic", trainer=rank, **partitions.traffic.record())
     return summary
 

@@ -20,7 +20,7 @@ import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import ConfigSchema
@@ -108,8 +108,9 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
         state = build_model_state(config, data, store, version, init)
         holder = PartitionHolder(config, data.entity_counts, store, init, version)
         checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
-        run = TrainingRun(config, data, schedule, state, holder, ScheduledBuckets(schedule),
-                          checkpointer, reporter)
+        run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
+                          partitions=holder, source=ScheduledBuckets(schedule),
+                          checkpointer=checkpointer, reporter=reporter)
         return run.run(start, alongside=lease.renewing())
 
 
@@ -197,23 +198,24 @@ def edges_per_position(config: ConfigSchema, data: GraphData,
     return int(sum(totals) / len(totals) / schedule.num_edge_chunks * train_share)
 
 
+@dataclass(eq=False)  # a live object with state: compared by identity
 class TrainingRun:
     """Drives one run from a start position to the end, one checkpoint per chunk position."""
 
-    def __init__(self, config: ConfigSchema, data: GraphData, schedule: TrainingSchedule,
-                 state: ModelState, partitions: PartitionSource, source: BucketSource,
-                 checkpointer: Checkpointer, reporter: Reporter) -> None:
-        self.config = config
-        self.data = data
-        self.schedule = schedule
-        self.state = state
-        self.partitions = partitions
-        self.source = source
-        self.checkpointer = checkpointer
-        self.reporter = reporter
-        self.num_workers = config.workers or os.cpu_count() or 1
-        self.buckets_total = 0  # buckets of the whole job in this invocation
-        self.trained_here = 0  # buckets this process trained
+    config: ConfigSchema
+    data: GraphData
+    schedule: TrainingSchedule
+    state: ModelState
+    partitions: PartitionSource
+    source: BucketSource
+    checkpointer: Checkpointer
+    reporter: Reporter
+    buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
+    trained_here: int = field(default=0, init=False)  # buckets this process trained
+
+    @property
+    def num_workers(self) -> int:
+        return self.config.workers or os.cpu_count() or 1
 
     def run(self, start: ChunkPosition | None,
             alongside: contextlib.AbstractContextManager[Any] | None = None) -> TrainingSummary:
