@@ -23,6 +23,7 @@ from e2e.kube_api import ApiServer
 from e2e.kube_client import KubeClient, eventually
 from e2e.kubelet import Kubelet
 from support.planted import PlantedGraph
+from support.prometheus import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "ml"
@@ -57,16 +58,23 @@ def write_kubeconfig(server: str, path: Path) -> Path:
 
 
 class OperatorProcess:
-    """`python -m tessera_operator` against the test API server; stoppable and restartable."""
+    """`python -m tessera_operator` against the test API server; stoppable and restartable.
+    Its metrics are at `metrics_url` (a free port on 127.0.0.1)."""
 
     def __init__(self, kubeconfig: Path, log: Path) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
+        self.metrics_port = free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> None:
         command = [sys.executable, "-m", "tessera_operator", "--standalone",
-                   "--namespace", NAMESPACE, "--verbose"]
+                   "--namespace", NAMESPACE, "--verbose",
+                   "--metrics-port", f"127.0.0.1:{self.metrics_port}"]
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         with open(self.log, "ab") as output:
             self.process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT,

@@ -85,7 +85,7 @@ def _common(parser: argparse.ArgumentParser, *, with_config: bool = True) -> Non
 
 
 def _metrics_flag(parser: argparse.ArgumentParser) -> None:
-    from .metrics import METRICS_PORT_ENV
+    from .metrics_address import METRICS_PORT_ENV
 
     parser.add_argument("--metrics-port", default=os.environ.get(METRICS_PORT_ENV) or None,
                         metavar="[HOST:]PORT",
@@ -98,7 +98,8 @@ def _serve_metrics(args: argparse.Namespace, reporter: Reporter) -> None:
     cluster hands the port on to its roles instead)."""
     if getattr(args, "metrics_port", None) is None or getattr(args, "local_cluster", False):
         return
-    from .metrics import parse_address, serve
+    from .metrics import serve
+    from .metrics_address import parse_address
 
     metrics = serve(parse_address(args.metrics_port, "--metrics-port"))
     if metrics is not None:
@@ -218,7 +219,7 @@ def _run_local_cluster(args: argparse.Namespace, reporter: Reporter) -> int:
     from .distributed.local_cluster import run_local_cluster
     from .distributed.settings import peer_timeout_setting
     from .distributed.world import WorldLayout
-    from .metrics import parse_address
+    from .metrics_address import parse_address
 
     if args.rank is not None:
         raise ConfigError("--rank", "--local-cluster starts every rank itself; drop --rank")

@@ -18,9 +18,6 @@ from prometheus_client import Counter, Histogram, start_http_server
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .errors import ConfigError
-
-METRICS_PORT_ENV = "TESSERA_METRICS_PORT"
 TRAIN_TASK = "train"
 COMMIT_EVENT = "checkpoint committed"
 FINISHED_EVENT = "training finished"
@@ -104,15 +101,6 @@ class TrainingMetrics(Collector):
         for attribute, key in keys.items():
             if _is_number(record.get(key)):
                 self.values[attribute] = float(record[key])
-
-
-def parse_address(value: str, source: str) -> tuple[str, int]:
-    """`PORT` (every interface) or `HOST:PORT`; `source` names the flag or variable."""
-    host, _, port = value.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(source, f"{value!r} is not a port or HOST:PORT (e.g. 9464 or "
-                                  "127.0.0.1:9464)")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def serve(address: tuple[str, int]) -> TrainingMetrics | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
-from ..metrics import METRICS_PORT_ENV
+from ..metrics_address import METRICS_PORT_ENV
 from ..progress import Reporter
 from .settings import INIT_METHOD_ENV, PEER_TIMEOUT_ENV
 from .world import Role, WorldLayout
