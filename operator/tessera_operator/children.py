@@ -2,10 +2,10 @@
 
 One ConfigMap holds the run's config file; a NetworkPolicy lets only the job's own pods reach
 its pods, except on the metrics port, which every role serves (`--metrics-port`, Prometheus
-text: training figures, no data or secrets) for any scraper; pods run the roles. A job with one trainer and no partition servers is one pod,
-`tessera train CONFIG`. A distributed job adds a lock server (whose Service is the rendezvous
-of every role), partition servers (behind a headless Service, one DNS name per rank) and
-trainers with `--rank R`.
+text: training figures, no data or secrets) for any scraper; pods run the roles. A job with
+one trainer and no partition servers is one pod, `tessera train CONFIG`. A distributed job
+adds a lock server (whose Service is the rendezvous of every role), partition servers (behind
+a headless Service, one DNS name per rank) and trainers with `--rank R`.
 
 Every pod is locked down the same way: non-root, read-only root filesystem, no privilege
 escalation, no capabilities, the runtime's seccomp profile, no service-account token (the
