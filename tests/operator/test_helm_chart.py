@@ -23,6 +23,8 @@ CHART = REPO / "helm" / "tessera"
 KUBERNETES_VERSION = "1.30"
 RELEASE, NAMESPACE = "tessera", "tessera-system"
 NAMESPACED = {"rbac": {"namespaces": ["team-a", "team-b"]}}
+MONITORS = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+PROMETHEUS_OPERATOR = "monitoring.coreos.com/v1"  # CRDs: not in Kubernetes' own schemas
 WARNING = 2  # lint message severities: 1 info, 2 warning, 3 error
 PEERING_API = "kopf.dev/v1"
 
@@ -53,13 +55,13 @@ def test_chart_lints_without_warnings(values):
     assert [m for m in report["messages"] if m["severity"] >= WARNING] == []
 
 
-@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}],
-                         ids=["cluster-wide", "namespaced", "no-rbac"])
+@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}, MONITORS],
+                         ids=["cluster-wide", "namespaced", "no-rbac", "monitors"])
 def test_every_rendered_object_is_valid_kubernetes(values):
     objects = render(values)
     assert of_kind(objects, "Deployment") and of_kind(objects, "ServiceAccount")
     for obj in objects:
-        if obj["apiVersion"] != PEERING_API:  # (a custom resource: no published schema)
+        if obj["apiVersion"] not in (PEERING_API, PROMETHEUS_OPERATOR):
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
@@ -95,7 +97,7 @@ def test_namespaced_install_has_a_role_per_namespace_and_nothing_cluster_wide_fo
 def test_rbac_create_false_renders_no_rbac():
     objects = render({"rbac": {"create": False}})
     kinds = {obj["kind"] for obj in objects}
-    assert kinds == {"Deployment", "ServiceAccount", "ClusterKopfPeering"}
+    assert kinds == {"Deployment", "ServiceAccount", "ClusterKopfPeering", "Service"}
 
 
 def operator_rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -147,9 +149,50 @@ def test_operator_command_and_liveness_probe_agree():
     assert container["args"][0] == "--peering=tessera"
     assert "--liveness=http://0.0.0.0:9090/healthz" in container["args"]
     assert "--debug" in container["args"] and "--log-format=json" in container["args"]
-    (port,) = container["ports"]
-    assert port["containerPort"] == 9090
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"health": 9090, "metrics": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+@pytest.mark.parametrize("values", [None, MONITORS], ids=["plain", "monitors"])
+def test_operator_metrics_are_served_behind_a_service(values):
+    objects = render(values)
+    container = operator_container(objects)
+    assert "--metrics-port=8081" in container["args"]
+    (service,) = of_kind(objects, "Service")
+    (deployment,) = of_kind(objects, "Deployment")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8081,
+                                         "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    monitors = [obj for obj in objects if obj["apiVersion"] == PROMETHEUS_OPERATOR]
+    assert [obj["kind"] for obj in monitors] == ([] if values is None
+                                                 else ["ServiceMonitor", "PodMonitor"])
+
+
+@pytest.mark.parametrize("values", [MONITORS, {**MONITORS, **NAMESPACED}],
+                         ids=["cluster-wide", "namespaced"])
+def test_monitors_scrape_the_operator_and_the_pods_of_every_served_namespace(values):
+    objects = render(values)
+    (service_monitor,) = of_kind(objects, "ServiceMonitor")
+    (pod_monitor,) = of_kind(objects, "PodMonitor")
+    (service,) = of_kind(objects, "Service")
+    assert service_monitor["metadata"]["labels"]["release"] == "prom"
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= \
+        service["metadata"]["labels"].items()
+    assert service_monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+    # The operator labels every pod it creates so (tessera_operator.labels.job_labels).
+    assert pod_monitor["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "tessera-operator"}}
+    assert pod_monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics",
+                                                           "interval": "30s"}]
+    namespaces = (values.get("rbac") or {}).get("namespaces")
+    assert pod_monitor["spec"]["namespaceSelector"] == (
+        {"matchNames": namespaces} if namespaces else {"any": True})
+
+
+def test_metrics_and_liveness_ports_must_differ():
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match="must differ"):
+        chart.render(values={"metrics": {"port": 8080}}, name=RELEASE, namespace=NAMESPACE)
 
 
 @pytest.mark.parametrize("values", [None, NAMESPACED], ids=["cluster-wide", "namespaced"])

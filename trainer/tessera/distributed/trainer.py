@@ -125,11 +125,13 @@ class DistributedCheckpointer:
         self.lock.wait_for(lambda: self.lock.all_arrived(position))
         self.sync.sync()  # every other trainer pushed its last changes before arriving
         version = self.committed_version + 1
+        started = time.monotonic()
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.backend.write_checkpoint(version, metadata)
         self.store.commit(version, self.config.to_dict())
         publish_checkpoint(self.config, self.schedule, self.store, version, position,
-                           self.lock.position_records(position), self.reporter)
+                           self.lock.position_records(position), self.reporter,
+                           time.monotonic() - started)
         stop = self.lock.committed(position, version)
         if stop:
             report_early_stop(self.reporter, position)

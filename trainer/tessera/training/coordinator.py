@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -334,12 +335,14 @@ class LocalCheckpointer:
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         metadata = iteration_metadata(self.config, self.schedule, position)
         version = self.holder.next_version
+        started = time.monotonic()
         self.holder.write_all(metadata)
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.store.commit(version, self.config.to_dict())
         self.holder.committed()
         publish_checkpoint(self.config, self.schedule, self.store, version, position,
-                           [outcome.record() for outcome in outcomes], self.reporter)
+                           [outcome.record() for outcome in outcomes], self.reporter,
+                           time.monotonic() - started)
         self.early_stopping.add(outcomes)
         return should_stop(self.config, self.schedule, position, self.early_stopping,
                            self.reporter)
@@ -347,16 +350,19 @@ class LocalCheckpointer:
 
 def publish_checkpoint(config: ConfigSchema, schedule: TrainingSchedule,
                        store: CheckpointStore, version: int, position: ChunkPosition,
-                       records: list[dict[str, Any]], reporter: Reporter) -> None:
+                       records: list[dict[str, Any]], reporter: Reporter,
+                       commit_seconds: float) -> None:
     """After `version` is committed: announce it (with the share of the whole run it
-    completes, which a watcher cannot compute when num_edge_chunks comes from the data),
+    completes, which a watcher cannot compute when num_edge_chunks comes from the data, and
+    the `commit_seconds` its partitions, model and commit took to write),
     append its bucket stats, and preserve it if it ends an epoch that
     `checkpoint_preservation_interval` keeps."""
     reporter.event("checkpoint committed", checkpoint_version=version,
                    epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
                    edge_chunk=position.edge_chunk_idx,
                    chunks_done=schedule.index_of(position) + 1,
-                   chunks_total=schedule.num_positions)
+                   chunks_total=schedule.num_positions,
+                   commit_seconds=round(commit_seconds, 3))
     store.append_stats(records)
     epochs_done = position.epoch_idx + 1
     if schedule.ends_epoch(position) and should_preserve(
