@@ -32,7 +32,7 @@ PROG = "python -m tessera_operator"
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Log in once, serve the metrics, then run `kopf run -m tessera_operator.handlers
+    """Serve the metrics, check the credentials, then run `kopf run -m tessera_operator.handlers
     ARGS...` (exits with kopf's status)."""
     own = argparse.ArgumentParser(prog=PROG, add_help=False)
     own.add_argument("--metrics-port", metavar="[HOST:]PORT",
@@ -40,9 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     options, kopf_args = own.parse_known_args(sys.argv[1:] if argv is None else argv)
     if not {"-h", "--help"} & set(kopf_args):
         try:
-            address = parse_address(options.metrics_port, "--metrics-port")
+            _serve_metrics(parse_address(options.metrics_port, "--metrics-port"))
             asyncio.run(load_login())
-            _serve_metrics(address)
         except (ConfigError, CredentialsError) as error:
             print(f"{PROG}: error: {error}", file=sys.stderr)
             sys.exit(error.exit_code)
