@@ -32,16 +32,17 @@ PROG = "python -m tessera_operator"
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve the metrics, check the credentials, then run `kopf run -m tessera_operator.handlers
-    ARGS...` (exits with kopf's status)."""
+    """Check the metrics address and the credentials, serve the metrics, then run
+    `kopf run -m tessera_operator.handlers ARGS...` (exits with kopf's status)."""
     own = argparse.ArgumentParser(prog=PROG, add_help=False)
     own.add_argument("--metrics-port", metavar="[HOST:]PORT",
                      default=os.environ.get(METRICS_PORT_ENV) or str(metrics.DEFAULT_PORT))
     options, kopf_args = own.parse_known_args(sys.argv[1:] if argv is None else argv)
     if not {"-h", "--help"} & set(kopf_args):
         try:
-            _serve_metrics(parse_address(options.metrics_port, "--metrics-port"))
+            address = parse_address(options.metrics_port, "--metrics-port")
             asyncio.run(load_login())
+            _serve_metrics(address)
         except (ConfigError, CredentialsError) as error:
             print(f"{PROG}: error: {error}", file=sys.stderr)
             sys.exit(error.exit_code)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
+import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -36,12 +39,28 @@ def test_jobs_are_counted_by_namespace_and_phase_and_forgotten(monkeypatch) -> N
         "Pending", "Failed", "Succeeded", "Suspended", "Restarting", "Running")}
 
 
-def run_operator(*args: str) -> subprocess.CompletedProcess[str]:
+def run_operator(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "KUBECONFIG"}
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
     return subprocess.run([sys.executable, "-m", "tessera_operator", *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_a_malformed_or_taken_metrics_port_stops_the_operator_with_one_line() -> None:
+def usable_kubeconfig(folder: Path) -> Path:
+    """Credentials the operator accepts (it reads them before it serves its metrics); no
+    server is dialled before the metrics port is taken."""
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return path
+
+
+def test_a_malformed_or_taken_metrics_port_stops_the_operator_with_one_line(
+        tmp_path: Path) -> None:
     bad = run_operator("--metrics-port", "127.0.0.1:metrics", "--standalone")
     assert bad.returncode == 65
     assert bad.stderr.strip() == (
@@ -51,7 +70,8 @@ def test_a_malformed_or_taken_metrics_port_stops_the_operator_with_one_line() ->
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        busy = run_operator("--metrics-port", f"127.0.0.1:{port}", "--standalone")
+        busy = run_operator("--metrics-port", f"127.0.0.1:{port}", "--standalone",
+                            kubeconfig=usable_kubeconfig(tmp_path))
     assert busy.returncode == 65
     (line,) = busy.stderr.strip().splitlines()
     assert line == (f"python -m tessera_operator: error: --metrics-port: cannot listen on "
