@@ -1,10 +1,11 @@
 """Fixtures of the end-to-end tests (see `cluster` for what they start).
 
-`cluster` is a whole cluster: API server, kubelet and operator, once on a real control plane
+`cluster` is a whole cluster: API server, kubelet and operator, on a real control plane
 (`real_cluster`: etcd, kube-apiserver, kube-controller-manager; the kubelet of `node_kubelet`;
-the operator with the Helm chart's namespaced RBAC and a kind-style kubeconfig) and once on the
-emulator of `kube_api` (quick, and needs no binaries: `-m 'not real_cluster'`). `kube` is only
-the emulator's API server (with the namespace and the CRD), for what needs no controller.
+the operator with the Helm chart's namespaced RBAC and a kind-style kubeconfig), or, with
+`TESSERA_E2E_API=emulator` (where the binaries are missing), on the emulator of `kube_api`.
+`kube` is only the emulator's API server (with the namespace and the CRD), for what a v1.20
+server cannot do: refuse unknown fields (strict field validation came in v1.25).
 `control_plane` is a real control plane shared by a test module, which may override
 `static_token_users` (the users the API server's token file authenticates). `s3_job` turns
 `crds/examples/s3-secret.yaml` into a job that trains a small planted graph uploaded to the
@@ -15,6 +16,7 @@ shows the operator's log.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,10 +46,11 @@ Job = tuple[dict[str, Any], dict[str, Any]]
 
 
 OPERATOR_RELEASE = "tessera"
+CLUSTER_APIS = os.environ.get("TESSERA_E2E_API", "real").split(",")  # real, emulator or both
 
 
-@pytest.fixture(params=[pytest.param("real", marks=[pytest.mark.real_cluster,
-                                                    pytest.mark.slow]), "emulator"])
+@pytest.fixture(params=[pytest.param(api, marks=[pytest.mark.real_cluster, pytest.mark.slow])
+                        if api == "real" else api for api in CLUSTER_APIS])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     if request.param == "real":
         with _real_cluster(tmp_path) as real:
