@@ -1,10 +1,11 @@
 """The objects a run of a job consists of, as manifests: pure functions of (job, spec, plan).
 
 One ConfigMap holds the run's config file; a NetworkPolicy lets only the job's own pods reach
-its pods; pods run the roles. A job with one trainer and no partition servers is one pod,
-`tessera train CONFIG`. A distributed job adds a lock server (whose Service is the rendezvous
-of every role), partition servers (behind a headless Service, one DNS name per rank) and
-trainers with `--rank R`.
+its pods, except on the metrics port, which every role serves (`--metrics-port`, Prometheus
+text: training figures, no data or secrets) for any scraper; pods run the roles. A job with
+one trainer and no partition servers is one pod, `tessera train CONFIG`. A distributed job
+adds a lock server (whose Service is the rendezvous of every role), partition servers (behind
+a headless Service, one DNS name per rank) and trainers with `--rank R`.
 
 Every pod is locked down the same way: non-root, read-only root filesystem, no privilege
 escalation, no capabilities, the runtime's seccomp profile, no service-account token (the
@@ -60,6 +61,8 @@ CONTAINER_SECURITY_CONTEXT: Manifest = {
     "runAsNonRoot": True, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
     "privileged": False, "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"}}
+# Every role serves its Prometheus metrics on this port (the chart's PodMonitor scrapes it).
+METRICS_PORT = 8081
 # The keys the storage Secret must have; they become the same-named environment variables.
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -83,7 +86,8 @@ def config_map(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan) -> Manifest:
 
 def network_policy(job: JobRef) -> Manifest:
     """Only the job's own pods may connect to its pods (gloo connects every rank to every
-    other, so trainers are covered as well as the lock and partition servers)."""
+    other, so trainers are covered as well as the lock and partition servers); the metrics
+    port is open to any scraper (Prometheus runs in a namespace of its own)."""
     def own_pods() -> Manifest:
         return {"matchLabels": {LABEL_JOB: job.name}}
 
@@ -91,7 +95,8 @@ def network_policy(job: JobRef) -> Manifest:
             "metadata": child_metadata(job, network_policy_name(job.name),
                                        job_labels(job.name)),
             "spec": {"podSelector": own_pods(), "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": own_pods()}]}]}}
+                     "ingress": [{"from": [{"podSelector": own_pods()}]},
+                                 {"ports": [{"port": METRICS_PORT, "protocol": "TCP"}]}]}}
 
 
 def lock_server_service(job: JobRef) -> Manifest:
@@ -139,7 +144,7 @@ def command(spec: EmbeddingJobSpec, role: Role, rank: int) -> list[str]:
     subcommand = "train" if role is Role.TRAINER else role.value
     ranked = spec.distributed and role is not Role.LOCK_SERVER
     return ["tessera", subcommand, CONFIG_PATH, *(["--rank", str(rank)] if ranked else []),
-            "--log-format", "json"]
+            "--log-format", "json", "--metrics-port", str(METRICS_PORT)]
 
 
 def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
@@ -161,9 +166,10 @@ def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
     }
     if spec.image_pull_policy is not None:
         container["imagePullPolicy"] = spec.image_pull_policy
+    container["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     if role is Role.LOCK_SERVER:
-        container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT,
-                               "protocol": "TCP"}]
+        container["ports"].insert(0, {"name": "rendezvous", "containerPort": RENDEZVOUS_PORT,
+                                      "protocol": "TCP"})
     return container
 
 

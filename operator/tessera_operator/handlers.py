@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import kopf
 
+from . import metrics
 from .api import KubeApi
 from .children import children
 from .connection import CredentialsError, Login, connection_info, load_login
@@ -30,6 +31,7 @@ from .crd import GROUP, KIND, PLURAL
 from .decisions import ActionKind, next_action, progress_pod
 from .job import view_job
 from .labels import LABEL_JOB, job_selector
+from .peering import LIFETIME
 from .pods import observe_pod
 from .progress import TrainingProgress, log_read_failure, parse_progress
 from .spec import API_VERSION
@@ -62,6 +64,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # The chart installs the CRD and names the namespaces: no cluster-wide scans of
     # namespaces and CRDs, which the operator's least-privilege RBAC does not allow.
     settings.scanning.disabled = True
+    settings.peering.lifetime = LIFETIME  # with --peering: how soon a standby takes over
     memo.wakeups = {}  # (namespace, name) -> the asyncio.Event that wakes the job's daemon
 
 
@@ -74,15 +77,24 @@ def _wakeup(memo: kopf.Memo, namespace: str, name: str) -> asyncio.Event:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=1.0)
-async def run_job(name: str, namespace: str, memo: kopf.Memo, stopped: kopf.DaemonStopped,
-                  logger: kopf.Logger, **_: Any) -> None:
+async def run_job(name: str, namespace: str, **kwargs: Any) -> None:
+    try:
+        await reconcile_forever(name, namespace, **kwargs)
+    finally:  # also when kopf cancels the daemon of a deleted job
+        metrics.forget(namespace, name)
+
+
+async def reconcile_forever(name: str, namespace: str, memo: kopf.Memo,
+                            stopped: kopf.DaemonStopped, logger: kopf.Logger,
+                            **_: Any) -> None:
     """Reconcile the job whenever something about it changes, and every so often anyway."""
     wakeup = _wakeup(memo, namespace, name)
     while not stopped:
         wakeup.clear()  # before reading, so a change during the reconcile wakes the next one
         try:
-            async with KubeApi(_login[0].configuration) as api:
-                delay = await reconcile(api, namespace, name)
+            with metrics.timed_reconcile():
+                async with KubeApi(_login[0].configuration) as api:
+                    delay = await reconcile(api, namespace, name)
         except (kopf.TemporaryError, aiohttp.ClientError) as problem:
             logger.warning(f"reconcile failed, retrying: {problem}")
             delay = 5.0
@@ -108,6 +120,7 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
     """One observe-decide-act step; returns when to look again (None: on the usual tick)."""
     job = await api.call("GET", _job_path(namespace, name), ok=(404,))
     if job is None:
+        metrics.forget(namespace, name)
         return None
     view = view_job(job)
     listed = await api.call("GET", f"/api/v1/namespaces/{namespace}/pods",
@@ -133,6 +146,7 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
                    message=action.message)
     if action.kind is ActionKind.DELETE_JOB:
         await api.call("DELETE", _job_path(namespace, name), ok=(404,))
+    metrics.reconciled(namespace, name, status["phase"], action)
     return action.requeue_after
 
 
@@ -150,8 +164,10 @@ async def _trainer_progress(api: KubeApi, namespace: str,
             params={"tailLines": str(LOG_TAIL_LINES)}, ok=(400, 404)), LOG_READ_SECONDS)
     except asyncio.TimeoutError:
         why = log_read_failure(None, f"no answer in {LOG_READ_SECONDS:.0f} s")
+        metrics.progress_read_failed(None, "timeout")
     except Exception as problem:  # whatever went wrong, the lifecycle goes on without it
         why = log_read_failure(getattr(problem, "status", None), type(problem).__name__)
+        metrics.progress_read_failed(getattr(problem, "status", None), type(problem).__name__)
         _log.warning("reading the log of %s/%s failed: %s", namespace, trainer, problem)
     else:
         return None if text is None else parse_progress(str(text).splitlines())

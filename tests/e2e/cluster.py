@@ -26,6 +26,7 @@ from e2e.kube_client import KubeClient, eventually
 from e2e.kubelet import Kubelet
 from e2e.real_cluster import ControlPlane
 from support.planted import PlantedGraph
+from support.prometheus import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "ml"
@@ -81,20 +82,27 @@ class OperatorProcess:
 
     It logs in with `kubeconfig`, or, with none, as `launch` arranges (a sandbox that shows it
     a service account where a pod has one): `launch` turns the command and environment into
-    those to run."""
+    those to run. Its metrics are at `metrics_url` (a free port on 127.0.0.1)."""
 
     def __init__(self, kubeconfig: Path | None, log: Path,
                  scope: tuple[str, ...] = ("--namespace", NAMESPACE),
-                 launch: Launcher | None = None) -> None:
+                 launch: Launcher | None = None,
+                 peering: tuple[str, ...] = ("--standalone",)) -> None:
         self.kubeconfig = kubeconfig
         self.log = log
         self.scope = scope
         self.launch = launch
+        self.peering = peering  # --standalone, or --peering NAME for one of several replicas
         self.process: subprocess.Popen[bytes] | None = None
+        self.metrics_port = free_port()
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "tessera_operator", "--standalone", *self.scope,
-                   "--verbose"]
+        command = [sys.executable, "-m", "tessera_operator", *self.peering, *self.scope,
+                   "--verbose", "--metrics-port", f"127.0.0.1:{self.metrics_port}"]
         env = {key: value for key, value in os.environ.items()
                if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
         if self.kubeconfig is not None:

@@ -108,11 +108,13 @@ def _real_cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def install_crd(admin: KubeClient) -> None:
-    """The EmbeddingJob CRD from `crds/`, once it is established."""
-    crd = admin.apply(yaml.safe_load((REPO / "crds" / "embeddingjob.yaml").read_text()))
-    eventually(lambda: _established(admin.get(crd["apiVersion"], crd["kind"],
-                                              crd["metadata"]["name"])),
-               "the EmbeddingJob CRD to be established", 60)
+    """Every CRD in `crds/` (the EmbeddingJob's, kopf's peering ones), once established."""
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        for crd in [admin.apply(document) for document in
+                    yaml.safe_load_all(path.read_text())]:
+            eventually(lambda c=crd: _established(admin.get(
+                c["apiVersion"], c["kind"], c["metadata"]["name"])),
+                f"the CRD {crd['metadata']['name']} to be established", 60)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +134,8 @@ def static_token_users() -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def control_plane(tmp_path_factory: pytest.TempPathFactory,
                   static_token_users: tuple[str, ...]) -> Iterator[ControlPlane]:
-    """A real control plane with the EmbeddingJob CRD from `crds/` (and no nodes)."""
+    """A real control plane with the CRDs from `crds/` (EmbeddingJob, kopf's peering; no
+    nodes)."""
     folder = tmp_path_factory.mktemp("control-plane")
     plane = ControlPlane(folder, Pki(folder / "pki"))
     try:

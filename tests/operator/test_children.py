@@ -138,21 +138,20 @@ def test_every_pod_is_locked_down(example: str) -> None:
 
 
 def test_commands_per_role() -> None:
+    tail = ["--log-format", "json", "--metrics-port", "8081"]
     single = pods_of(first_run_children(EXAMPLES["minimal"]))
     assert [p["spec"]["containers"][0]["command"] for p in single] == [
-        ["tessera", "train", "/etc/tessera/config.json", "--log-format", "json"]]
+        ["tessera", "train", "/etc/tessera/config.json", *tail]]
     commands = {p["metadata"]["name"]: p["spec"]["containers"][0]["command"]
                 for p in pods_of(first_run_children(EXAMPLES["partitioned"]))}
     assert commands == {
-        "freebase-lock-server": ["tessera", "lock-server", CONFIG_PATH, "--log-format", "json"],
+        "freebase-lock-server": ["tessera", "lock-server", CONFIG_PATH, *tail],
         "freebase-partition-server-0": ["tessera", "partition-server", CONFIG_PATH, "--rank",
-                                        "0", "--log-format", "json"],
+                                        "0", *tail],
         "freebase-partition-server-1": ["tessera", "partition-server", CONFIG_PATH, "--rank",
-                                        "1", "--log-format", "json"],
-        "freebase-trainer-0": ["tessera", "train", CONFIG_PATH, "--rank", "0", "--log-format",
-                               "json"],
-        "freebase-trainer-1": ["tessera", "train", CONFIG_PATH, "--rank", "1", "--log-format",
-                               "json"]}
+                                        "1", *tail],
+        "freebase-trainer-0": ["tessera", "train", CONFIG_PATH, "--rank", "0", *tail],
+        "freebase-trainer-1": ["tessera", "train", CONFIG_PATH, "--rank", "1", *tail]}
     spec = view_job(EXAMPLES["minimal"]).spec
     assert spec is not None and "--rank" not in command(spec, Role.TRAINER, 0)
 
@@ -197,12 +196,16 @@ def test_no_secret_value_appears_in_any_manifest() -> None:
             assert config["storage_options"] == {}
 
 
-def test_network_policy_admits_only_the_jobs_pods() -> None:
+def test_network_policy_admits_only_the_jobs_pods_but_to_the_metrics() -> None:
     (policy,) = [o for o in first_run_children(EXAMPLES["partitioned"])
                  if o["kind"] == "NetworkPolicy"]
     own = {"matchLabels": {"tessera.dev/job": "freebase"}}
+    metrics = {"ports": [{"port": 8081, "protocol": "TCP"}]}
     assert policy["spec"] == {"podSelector": own, "policyTypes": ["Ingress"],
-                              "ingress": [{"from": [{"podSelector": own}]}]}
+                              "ingress": [{"from": [{"podSelector": own}]}, metrics]}
+    for pod in pods_of(first_run_children(EXAMPLES["partitioned"])):
+        ports = pod["spec"]["containers"][0]["ports"]
+        assert {"name": "metrics", "containerPort": 8081, "protocol": "TCP"} in ports
     servers = [p for p in pods_of(first_run_children(EXAMPLES["partitioned"]))
                if p["metadata"]["labels"]["tessera.dev/role"] != "trainer"]
     assert len(servers) == 3

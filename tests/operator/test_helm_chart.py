@@ -1,5 +1,6 @@
 """The Helm chart: lints, renders valid Kubernetes objects, grants the operator only what it
-needs (cluster-wide or per listed namespace), and ships the repository's CRD unchanged.
+needs (cluster-wide or per listed namespace), peers its replicas through kopf's peering
+object, and ships the repository's CRDs unchanged.
 
 Helm's own Go SDK does the linting and rendering (through helm-python-sdk, offline);
 kubernetes-validate checks every rendered object against Kubernetes' published schemas.
@@ -22,7 +23,10 @@ CHART = REPO / "helm" / "tessera"
 KUBERNETES_VERSION = "1.30"
 RELEASE, NAMESPACE = "tessera", "tessera-system"
 NAMESPACED = {"rbac": {"namespaces": ["team-a", "team-b"]}}
+MONITORS = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+PROMETHEUS_OPERATOR = "monitoring.coreos.com/v1"  # CRDs: not in Kubernetes' own schemas
 WARNING = 2  # lint message severities: 1 info, 2 warning, 3 error
+PEERING_API = "kopf.dev/v1"
 
 
 def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -51,13 +55,14 @@ def test_chart_lints_without_warnings(values):
     assert [m for m in report["messages"] if m["severity"] >= WARNING] == []
 
 
-@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}],
-                         ids=["cluster-wide", "namespaced", "no-rbac"])
+@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}, MONITORS],
+                         ids=["cluster-wide", "namespaced", "no-rbac", "monitors"])
 def test_every_rendered_object_is_valid_kubernetes(values):
     objects = render(values)
     assert of_kind(objects, "Deployment") and of_kind(objects, "ServiceAccount")
     for obj in objects:
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        if obj["apiVersion"] not in (PEERING_API, PROMETHEUS_OPERATOR):
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
 
 
 def test_cluster_wide_install_binds_one_cluster_role_and_watches_all_namespaces():
@@ -92,7 +97,7 @@ def test_namespaced_install_has_a_role_per_namespace_and_nothing_cluster_wide_fo
 def test_rbac_create_false_renders_no_rbac():
     objects = render({"rbac": {"create": False}})
     kinds = {obj["kind"] for obj in objects}
-    assert kinds == {"Deployment", "ServiceAccount"}
+    assert kinds == {"Deployment", "ServiceAccount", "ClusterKopfPeering", "Service"}
 
 
 def operator_rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -114,10 +119,13 @@ def test_operator_gets_least_privilege(values):
     assert set(granted) == {
         ("tessera.dev", "embeddingjobs"), ("tessera.dev", "embeddingjobs/status"),
         ("", "pods"), ("", "pods/log"), ("", "services"), ("", "configmaps"),
-        ("networking.k8s.io", "networkpolicies"), ("", "events"), ("events.k8s.io", "events")}
+        ("networking.k8s.io", "networkpolicies"), ("", "events"), ("events.k8s.io", "events"),
+        ("kopf.dev", "kopfpeerings" if values else "clusterkopfpeerings")}
     assert granted[("", "pods/log")] == {"get"}
     assert granted[("tessera.dev", "embeddingjobs")] == {"get", "list", "watch", "patch", "delete"}
     assert granted[("", "events")] == {"create", "patch"}
+    assert granted[("kopf.dev", "kopfpeerings" if values else "clusterkopfpeerings")] == {
+        "get", "list", "watch", "patch"}
     assert all("*" not in verbs and "escalate" not in verbs and "bind" not in verbs
                for verbs in granted.values())
 
@@ -131,20 +139,86 @@ def test_operator_runs_non_root_read_only_without_capabilities():
     assert container["securityContext"] == {"allowPrivilegeEscalation": False,
                                             "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+
 
 
 def test_operator_command_and_liveness_probe_agree():
     container = operator_container(render({"operator": {"livenessPort": 9090,
                                                         "verbosity": "debug"}}))
     assert container["command"] == ["python", "-m", "tessera_operator"]
-    assert container["args"][0] == "--standalone"
+    assert container["args"][0] == "--peering=tessera"
     assert "--liveness=http://0.0.0.0:9090/healthz" in container["args"]
     assert "--debug" in container["args"] and "--log-format=json" in container["args"]
-    (port,) = container["ports"]
-    assert port["containerPort"] == 9090
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"health": 9090, "metrics": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+@pytest.mark.parametrize("values", [None, MONITORS], ids=["plain", "monitors"])
+def test_operator_metrics_are_served_behind_a_service(values):
+    objects = render(values)
+    container = operator_container(objects)
+    assert "--metrics-port=8081" in container["args"]
+    (service,) = of_kind(objects, "Service")
+    (deployment,) = of_kind(objects, "Deployment")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8081,
+                                         "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    monitors = [obj for obj in objects if obj["apiVersion"] == PROMETHEUS_OPERATOR]
+    assert [obj["kind"] for obj in monitors] == ([] if values is None
+                                                 else ["ServiceMonitor", "PodMonitor"])
+
+
+@pytest.mark.parametrize("values", [MONITORS, {**MONITORS, **NAMESPACED}],
+                         ids=["cluster-wide", "namespaced"])
+def test_monitors_scrape_the_operator_and_the_pods_of_every_served_namespace(values):
+    objects = render(values)
+    (service_monitor,) = of_kind(objects, "ServiceMonitor")
+    (pod_monitor,) = of_kind(objects, "PodMonitor")
+    (service,) = of_kind(objects, "Service")
+    assert service_monitor["metadata"]["labels"]["release"] == "prom"
+    assert service_monitor["spec"]["selector"]["matchLabels"].items() <= \
+        service["metadata"]["labels"].items()
+    assert service_monitor["spec"]["endpoints"] == [{"port": "metrics", "interval": "30s"}]
+    # The operator labels every pod it creates so (tessera_operator.labels.job_labels).
+    assert pod_monitor["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/managed-by": "tessera-operator"}}
+    assert pod_monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics",
+                                                           "interval": "30s"}]
+    namespaces = (values.get("rbac") or {}).get("namespaces")
+    assert pod_monitor["spec"]["namespaceSelector"] == (
+        {"matchNames": namespaces} if namespaces else {"any": True})
+
+
+def test_metrics_and_liveness_ports_must_differ():
+    with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmRenderError, match="must differ"):
+        chart.render(values={"metrics": {"port": 8080}}, name=RELEASE, namespace=NAMESPACE)
+
+
+@pytest.mark.parametrize("values", [None, NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_two_replicas_peer_through_a_peering_object_in_each_watched_scope(values):
+    objects = render(values)
+    (deployment,) = of_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    # New replicas start as standbys (younger), so a rolling update never stops the active
+    # one before a successor is up.
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1,
+                                                               "maxUnavailable": 0}
+    container = operator_container(objects)
+    assert "--standalone" not in container["args"]
+    assert "--peering=tessera" in container["args"]
+    (pod_id,) = [env for env in container["env"] if env["name"] == "POD_ID"]
+    assert pod_id["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    peerings = [obj for obj in objects if obj["apiVersion"] == PEERING_API]
+    if values:
+        assert [(p["kind"], p["metadata"]["name"], p["metadata"]["namespace"])
+                for p in peerings] == [("KopfPeering", RELEASE, "team-a"),
+                                       ("KopfPeering", RELEASE, "team-b")]
+    else:
+        assert [(p["kind"], p["metadata"]["name"]) for p in peerings] == [
+            ("ClusterKopfPeering", RELEASE)]
+    one = operator_container(render({**(values or {}), "replicas": 1}))
+    assert one["args"] == container["args"]  # one replica peers too: it acts alone
 
 
 def test_image_tag_defaults_to_app_version():
@@ -157,6 +231,7 @@ def test_image_tag_defaults_to_app_version():
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"replicaCount": 2}, "additional properties 'replicaCount' not allowed"),
+    ({"replicas": 0}, "minimum"),
     ({"operator": {"logFormat": "xml"}}, "value must be one of"),
     ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
     ({"rbac": {"namespaces": ["Team_A"]}}, "does not match pattern"),
@@ -209,4 +284,5 @@ def test_chart_crds_equal_the_repositorys():
     repo_crds = {path.name: path.read_text() for path in (REPO / "crds").glob("*.yaml")}
     assert chart_crds == repo_crds and chart_crds
     with helm.Chart.load(CHART) as chart:
-        assert [crd["filename"] for crd in chart.crds] == ["tessera/crds/embeddingjob.yaml"]
+        assert sorted(crd["filename"] for crd in chart.crds) == [
+            "tessera/crds/embeddingjob.yaml", "tessera/crds/kopf-peering.yaml"]

@@ -73,12 +73,26 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_ports_start() -> int:
+    """The first port the kernel hands out to outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as file:
+            return int(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
+
+
 def _free_port_pairs(count: int) -> list[int]:
-    """Ports P such that P and P + 10000 are both free (so two sessions never collide)."""
+    """Ports P such that P and P + 10000 are both free (so two sessions never collide).
+
+    Both lie below the ephemeral range: a client dialling a server that is down (stopped by
+    a fault test) could otherwise be given the server's own port and connect to itself,
+    reading its own request back as the answer.
+    """
     chosen: list[int] = []
     rng = random.Random()
     while len(chosen) < count:
-        port = rng.randrange(20_000, 65_536 - GRPC_PORT_OFFSET)
+        port = rng.randrange(1_024, _ephemeral_ports_start() - GRPC_PORT_OFFSET)
         taken = {p + offset for p in chosen for offset in (0, GRPC_PORT_OFFSET)}
         if {port, port + GRPC_PORT_OFFSET}.isdisjoint(taken) and _port_is_free(port) \
                 and _port_is_free(port + GRPC_PORT_OFFSET):

@@ -29,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = Reporter("quiet" if args.quiet else args.log_format)
     report_logs(reporter)
     try:
+        _serve_metrics(args, reporter)
         return int(args.run(args, reporter) or 0)
     except TesseraError as error:
         print(f"tessera {args.command}: error: {error}", file=sys.stderr)
@@ -81,6 +82,28 @@ def _common(parser: argparse.ArgumentParser, *, with_config: bool = True) -> Non
     parser.add_argument("--quiet", action="store_true", help="print only errors")
     parser.add_argument("--log-format", choices=["auto", "human", "json"], default="auto",
                         help="progress style; auto: human on a terminal, JSON lines otherwise")
+
+
+def _metrics_flag(parser: argparse.ArgumentParser) -> None:
+    from .metrics_address import METRICS_PORT_ENV
+
+    parser.add_argument("--metrics-port", default=os.environ.get(METRICS_PORT_ENV) or None,
+                        metavar="[HOST:]PORT",
+                        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: "
+                        f"${METRICS_PORT_ENV}, else none; HOST defaults to every interface)")
+
+
+def _serve_metrics(args: argparse.Namespace, reporter: Reporter) -> None:
+    """Serve /metrics fed by what `reporter` reports, for a role that asked for it (a local
+    cluster hands the port on to its roles instead)."""
+    if getattr(args, "metrics_port", None) is None or getattr(args, "local_cluster", False):
+        return
+    from .metrics import serve
+    from .metrics_address import parse_address
+
+    metrics = serve(parse_address(args.metrics_port, "--metrics-port"))
+    if metrics is not None:
+        reporter.listeners.append(metrics.record)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -152,6 +175,7 @@ def _add_train(commands: Any) -> None:
                         help="with --local-cluster: number of partition servers (default: the "
                         "config's num_partition_servers; -1 means one per trainer)")
     _distributed_flags(parser)
+    _metrics_flag(parser)
     parser.set_defaults(run=_run_train)
 
 
@@ -195,6 +219,7 @@ def _run_local_cluster(args: argparse.Namespace, reporter: Reporter) -> int:
     from .distributed.local_cluster import run_local_cluster
     from .distributed.settings import peer_timeout_setting
     from .distributed.world import WorldLayout
+    from .metrics_address import parse_address
 
     if args.rank is not None:
         raise ConfigError("--rank", "--local-cluster starts every rank itself; drop --rank")
@@ -209,8 +234,11 @@ def _run_local_cluster(args: argparse.Namespace, reporter: Reporter) -> int:
     role_args = ["--quiet"] if reporter.mode == "quiet" else ["--log-format", reporter.mode]
     if args.rendezvous_timeout is not None:
         role_args += ["--rendezvous-timeout", str(args.rendezvous_timeout)]
+    metrics = None if args.metrics_port is None \
+        else parse_address(args.metrics_port, "--metrics-port")
     return run_local_cluster(args.config, args.param, layout,
-                             peer_timeout_setting(args.peer_timeout), role_args, reporter)
+                             peer_timeout_setting(args.peer_timeout), role_args, reporter,
+                             metrics)
 
 
 def _add_lock_server(commands: Any) -> None:
@@ -220,6 +248,7 @@ def _add_lock_server(commands: Any) -> None:
         "buckets to the trainers, collect their progress and hold the checkpoint barrier.")
     _common(parser)
     _distributed_flags(parser)
+    _metrics_flag(parser)
     parser.set_defaults(run=_run_lock_server)
 
 
@@ -240,6 +269,7 @@ def _add_partition_server(commands: Any) -> None:
     parser.add_argument("--rank", type=int, required=True,
                         help="which server: 0 to num_partition_servers - 1")
     _distributed_flags(parser)
+    _metrics_flag(parser)
     parser.set_defaults(run=_run_partition_server)
 
 

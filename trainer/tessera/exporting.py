@@ -40,7 +40,7 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
     All files appear together or none does (see publishing.staged_directory); files of the
     same names already in `output` are refused unless `overwrite`.
     """
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+    store = CheckpointStore.from_config(config)
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to export; run "

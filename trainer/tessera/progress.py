@@ -1,7 +1,9 @@
 """Progress of long work: a live line on a terminal, JSON lines in pods, nothing with --quiet.
 
 Every long-running command reports through a `Reporter`, so the three output styles stay
-consistent and the operator can parse what pods print.
+consistent and the operator can parse what pods print. Listeners (the Prometheus metrics)
+get every record as a JSON line would hold it, whatever the style and unthrottled: progress
+advances once per bucket, so that costs nothing.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, Literal
 
 Mode = Literal["auto", "human", "json", "quiet"]
+Listener = Callable[[dict[str, Any]], None]
 
 # Minimum seconds between two progress updates, so output never slows the work down.
 HUMAN_INTERVAL = 0.5
@@ -29,9 +32,11 @@ class Reporter:
         if mode == "auto":
             mode = "human" if self.stream.isatty() else "json"
         self.mode = mode
+        self.listeners: list[Listener] = []
 
     def event(self, message: str, **fields: Any) -> None:
         """One line for something that happened (`imported 10 edges`)."""
+        self._notify({"event": message, **fields})
         if self.mode == "quiet":
             return
         if self.mode == "json":
@@ -42,6 +47,7 @@ class Reporter:
 
     def summary(self, title: str, rows: dict[str, Any]) -> None:
         """A final summary: an aligned table on a terminal, one JSON record otherwise."""
+        self._notify({"event": title, **rows})
         if self.mode == "quiet":
             return
         if self.mode == "json":
@@ -57,6 +63,10 @@ class Reporter:
         task = Task(self, name, total, unit)
         yield task
         task.finish()
+
+    def _notify(self, record: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(record)
 
     def _write_json(self, record: dict[str, Any]) -> None:
         record = {"time": round(time.time(), 3), **record}
@@ -128,6 +138,8 @@ class Task:
         """Record `amount` more units done; `fields` (epoch, loss...) are shown with the rate."""
         self.done += amount
         self.fields.update(fields)
+        if self.reporter.listeners:
+            self.reporter._notify(self._record())
         mode = self.reporter.mode
         interval = JSON_INTERVAL if mode == "json" else HUMAN_INTERVAL
         now = time.monotonic()
@@ -135,11 +147,13 @@ class Task:
             self._last_report = now
             self._report()
 
+    def _record(self) -> dict[str, Any]:
+        return {"progress": self.name, "done": self.done, "total": self.total,
+                "rate": round(self.rate, 1), "eta_s": _round(self.eta()), **self.fields}
+
     def _report(self) -> None:
         if self.reporter.mode == "json":
-            self.reporter._write_json({"progress": self.name, "done": self.done,
-                                       "total": self.total, "rate": round(self.rate, 1),
-                                       "eta_s": _round(self.eta()), **self.fields})
+            self.reporter._write_json(self._record())
             return
         share = f" {100 * self.done / self.total:5.1f}%" if self.total else ""
         eta = self.eta()

@@ -61,8 +61,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 The operator's permissions, shared by the ClusterRole and the per-namespace Roles: its own
-resources, the children it creates for each job, and Events. Nothing else: no Secrets (pods
-read their credentials themselves), no peering (the operator runs --standalone).
+resources, the children it creates for each job, Events, and its peering object (cluster-wide
+or per namespace, as the operator watches). Nothing else: no Secrets (pods read their
+credentials themselves).
 */}}
 {{- define "tessera.operatorRules" -}}
 # EmbeddingJobs: watched, patched (finalizers, kopf's annotations), deleted after their TTL.
@@ -90,4 +91,8 @@ read their credentials themselves), no peering (the operator runs --standalone).
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# The peering object, where the replicas keep each other informed of who is alive.
+- apiGroups: ["kopf.dev"]
+  resources: [{{ ternary "kopfpeerings" "clusterkopfpeerings" (not (empty .Values.rbac.namespaces)) | quote }}]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end }}

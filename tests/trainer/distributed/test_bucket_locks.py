@@ -8,8 +8,7 @@ import random
 import pytest
 
 from tessera.distributed.bucket_locks import BucketLocks
-from tessera.training.bucket import Bucket, all_buckets
-from tessera.training.partitions import PartitionKey
+from tessera.vocabulary import Bucket, PartitionKey, all_buckets
 
 
 def node_keys(bucket: Bucket) -> frozenset[PartitionKey]:

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from tessera.config import parse_config
+from tessera.data.graph_data import GraphData
 from tessera.distributed.liveness import Liveness
 from tessera.distributed.lock_server import LockService
 from tessera.distributed.world import WorldLayout
 from tessera.errors import BadInputError, TransientError
 from tessera.progress import Reporter
-from tessera.training.bucket import Bucket
-from tessera.training.graph_data import GraphData
-from tessera.training.schedule import ChunkPosition, TrainingSchedule
+from tessera.training.schedule import TrainingSchedule
+from tessera.vocabulary import Bucket, ChunkPosition
 
 
 def make_service(num_epochs: int = 2, early_stopping: bool = False,
@@ -30,9 +30,11 @@ def make_service(num_epochs: int = 2, early_stopping: bool = False,
         "checkpoint_path": "unused"})
     schedule = TrainingSchedule.from_config(config, num_edge_chunks=1)
     log = io.StringIO()
-    service = LockService(config, GraphData(config), schedule, committed_version,
-                          schedule.position_at(committed_version), WorldLayout(1, 2),
-                          Reporter("json", log), Liveness(range(1, 4), timeout=10.0))
+    service = LockService(config=config, data=GraphData(config), schedule=schedule,
+                          committed_version=committed_version,
+                          start=schedule.position_at(committed_version),
+                          layout=WorldLayout(1, 2), reporter=Reporter("json", log),
+                          liveness=Liveness(range(1, 4), timeout=10.0))
     return service, log
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tracemalloc
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import s3fs
 
+from tessera.config import parse_config
 from tessera.errors import BadInputError, FormatError
 from tessera.storage import checkpoint as checkpoint_module
 from tessera.storage import fs as fs_module
@@ -446,3 +448,19 @@ def test_an_empty_partition_and_a_model_without_parameters_round_trip(local_dir)
     embeddings, state = store.read_embeddings("user", 0, num_entities=0, dimension=4)
     assert embeddings.shape == (0, 4) and state == b""
     assert store.read_model() == ({}, None)
+
+
+def test_the_stores_of_a_config_are_at_its_checkpoint_and_init_paths(tmp_path) -> None:
+    config = parse_config({**CONFIG, "entity_path": str(tmp_path), "edge_paths": [],
+                           "checkpoint_path": str(tmp_path / "run"),
+                           "storage_options": {"auto_mkdir": True},
+                           "storage_retry_timeout": 7})
+    store = CheckpointStore.from_config(config)
+    assert store.directory.url == str(tmp_path / "run")
+    assert store.directory.storage_options == {"auto_mkdir": True}
+    assert store.directory.retry_timeout == 7
+    assert CheckpointStore.init_from_config(config) is None
+    init = CheckpointStore.init_from_config(
+        dataclasses.replace(config, init_path=str(tmp_path / "init")))
+    assert init is not None and init.directory.url == str(tmp_path / "init")
+    assert init.directory.retry_timeout == 7

@@ -143,8 +143,16 @@ def test_the_heartbeat_renews_the_lease_and_stops_when_it_is_taken_over(director
         while lease.read().heartbeat == first and time.monotonic() < deadline:
             time.sleep(0.05)
         assert lease.read().heartbeat > first
-        taker = write_lease(directory, host="trainer-1.new-node", pid=7)
-        assert lost.wait(10)
+        # Without a conditional write, a renewal already past its read when the taker writes
+        # puts the holder's record back (and a real taker, reading back, would see it lost):
+        # the taker writes until the holder has read its record.
+        deadline, heartbeat = time.monotonic() + 10, utc_now()
+        while True:
+            taker = write_lease(directory, host="trainer-1.new-node", pid=7,
+                                heartbeat=heartbeat)
+            if lost.wait(1) or time.monotonic() > deadline:
+                break
+        assert lost.is_set()
     assert messages == [f"{directory.url}/{LEASE_FILE}: the lease on this checkpoint path was "
                         f"taken over by {taker.describe()}; stopping, so that two runs never "
                         "write one checkpoint"]

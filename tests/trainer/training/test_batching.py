@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tessera.edgelist import EdgeList, EntityList
-from tessera.training.batching import (
+from tessera.data.batching import (
     iter_batches,
     shuffle_edges,
     split_among_workers,
     split_holdout,
 )
-from tessera.training.seeding import stable_seed
+from tessera.edgelist import EdgeList, EntityList
+from tessera.seeding import stable_seed
 
 
 def numbered_edges(rel: list[int]) -> EdgeList:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tessera.config.schema import BucketOrderName
-from tessera.training.bucket import Bucket, all_buckets
 from tessera.training.bucket_order import BUCKET_ORDERS, is_initialization_ordered
+from tessera.vocabulary import Bucket, all_buckets
 
 LAYOUTS = [(1, 1), (1, 4), (4, 1), (4, 4), (3, 3), (2, 5), (5, 2)]
 SEEDS = range(20)

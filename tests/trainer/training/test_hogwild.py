@@ -15,6 +15,7 @@ from tessera.config import parse_config
 from tessera.errors import ConfigError
 from tessera.model import EmbeddingModel
 from tessera.training.hogwild import HogwildPool, HogwildThreads, make_pool, threads_per_worker
+from tessera.training.libc import libc_function
 from tessera.training.optimizers import make_model_optimizer
 from tessera.training.worker import ModelState
 
@@ -52,6 +53,13 @@ def test_workers_share_the_cores_without_oversubscribing() -> None:
     assert threads_per_worker(1) == cores
     assert threads_per_worker(cores) == 1
     assert threads_per_worker(4 * cores) == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc")
+def test_the_c_library_functions_are_found_once_and_unknown_ones_are_none() -> None:
+    assert all(libc_function(name) is not None for name in ("mallopt", "malloc_trim", "prctl"))
+    assert libc_function("prctl") is libc_function("prctl")
+    assert libc_function("no_such_function_in_libc") is None
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")

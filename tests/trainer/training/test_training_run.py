@@ -14,20 +14,20 @@ import torch
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
+from tessera.data.graph_data import GraphData
 from tessera.edgelist import EdgeList
 from tessera.evaluation.command import evaluate_checkpoint
 from tessera.progress import Reporter
+from tessera.seeding import stable_seed
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
 from tessera.training import bucket_trainer, hogwild
-from tessera.training.bucket import Bucket
 from tessera.training.bucket_trainer import BucketOutcome
 from tessera.training.coordinator import EarlyStopping, train
-from tessera.training.graph_data import GraphData
 from tessera.training.partitions import PartitionLoader
 from tessera.training.schedule import TrainingStep
-from tessera.training.seeding import stable_seed
 from tessera.training.worker import ModelState, WorkerStats, WorkerTask, train_part
+from tessera.vocabulary import Bucket
 
 QUIET = Reporter("quiet")
 

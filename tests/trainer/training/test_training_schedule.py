@@ -9,13 +9,11 @@ import pytest
 
 from tessera.config import parse_config
 from tessera.errors import BadInputError
-from tessera.training.bucket import all_buckets
 from tessera.training.schedule import (
-    ChunkPosition,
     TrainingSchedule,
-    chunk_range,
     num_edge_chunks,
 )
+from tessera.vocabulary import ChunkPosition, all_buckets, chunk_range
 
 
 def make_config(**overrides: Any) -> Any:

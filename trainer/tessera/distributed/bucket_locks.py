@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from ..training.bucket import Bucket
-from ..training.partitions import PartitionKey
+from ..vocabulary import Bucket, PartitionKey
 
 KeysOf = Callable[[Bucket], frozenset[PartitionKey]]
 

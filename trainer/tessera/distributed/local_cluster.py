@@ -6,7 +6,8 @@ as pods would run them. Their output is streamed, each line prefixed by the role
 of them fails, the others get the peer time-out to notice and stop on their own (with a
 message naming the lost peer), then whatever still runs is stopped. The exit code is the
 failure's: bad input (65) wins over transient (75); a role killed by a signal counts as a
-lost peer, hence transient.
+lost peer, hence transient. With a metrics address, the roles serve their metrics on
+consecutive ports from it, in the order of `role_commands`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
+from ..metrics_address import METRICS_PORT_ENV
 from ..progress import Reporter
 from .settings import INIT_METHOD_ENV, PEER_TIMEOUT_ENV
 from .world import Role, WorldLayout
@@ -47,8 +49,10 @@ def free_port() -> int:
 
 
 def role_commands(config_path: str, overrides: Sequence[str], layout: WorldLayout,
-                  role_args: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """(name, command) of every role; the counts are passed on so that all roles agree."""
+                  role_args: Sequence[str], metrics: tuple[str, int] | None = None
+                  ) -> list[tuple[str, list[str]]]:
+    """(name, command) of every role; the counts are passed on so that all roles agree.
+    With `metrics` (host, first port), each role serves its own on the next port."""
     base = [sys.executable, "-m", "tessera"]
     common = [config_path, *(f"--param={o}" for o in overrides),
               f"--param=num_machines={layout.num_trainers}",
@@ -58,15 +62,21 @@ def role_commands(config_path: str, overrides: Sequence[str], layout: WorldLayou
                              (Role.TRAINER, "train")):
         commands += [(name, [*base, subcommand, *common, "--rank", str(rank)])
                      for rank, name in enumerate(layout.names(role))]
+    if metrics is not None:
+        host, port = metrics
+        commands = [(name, [*command, "--metrics-port", f"{host}:{port + index}"])
+                    for index, (name, command) in enumerate(commands)]
     return commands
 
 
 def run_local_cluster(config_path: str, overrides: Sequence[str], layout: WorldLayout,
-                      peer_timeout: float, role_args: Sequence[str], reporter: Reporter) -> int:
+                      peer_timeout: float, role_args: Sequence[str], reporter: Reporter,
+                      metrics: tuple[str, int] | None = None) -> int:
     """Run a whole job here; returns the exit code for the `tessera train` process.
     `role_args` are flags every role gets (log format, time-outs)."""
     env = {**os.environ, INIT_METHOD_ENV: f"tcp://127.0.0.1:{free_port()}",
            PEER_TIMEOUT_ENV: f"{peer_timeout:g}"}
+    env.pop(METRICS_PORT_ENV, None)  # one port cannot serve every role: see `metrics`
     env.setdefault("TP_SOCKET_IFNAME", "lo")  # TensorPipe listens on the loopback only
     # Every role reports a lost peer itself; TensorPipe's own warnings would only repeat it.
     env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -75,7 +85,8 @@ def run_local_cluster(config_path: str, overrides: Sequence[str], layout: WorldL
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // layout.num_trainers)))
     roles: list[RoleProcess] = []
     try:
-        for name, command in role_commands(config_path, overrides, layout, role_args):
+        for name, command in role_commands(config_path, overrides, layout, role_args,
+                                           metrics):
             process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        start_new_session=True)

@@ -6,9 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..training.bucket import Bucket
-from ..training.partitions import PartitionKey
-from ..training.schedule import ChunkPosition
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .rendezvous import World
 
 LOCKS_SERVICE = "locks"

@@ -14,15 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData
 from ..errors import EXIT_TRANSIENT
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
-from ..training.bucket import Bucket
-from ..training.bucket_trainer import partition_keys
 from ..training.coordinator import (
     EarlyStopping,
     checkpoint_lease,
@@ -30,9 +29,8 @@ from ..training.coordinator import (
     resume_position,
     should_stop,
 )
-from ..training.graph_data import GraphData
-from ..training.partitions import PartitionKey
-from ..training.schedule import ChunkPosition, TrainingSchedule
+from ..training.schedule import TrainingSchedule
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .bucket_locks import BucketLocks
 from .liveness import Liveness
 from .lock_client import LOCKS_SERVICE
@@ -43,24 +41,25 @@ from .settings import DistributedSettings
 from .world import Role, WorldLayout
 
 
+@dataclass(eq=False)  # a live object with state: compared by identity
 class LockService:
     """What trainers and partition servers call on the lock server (thread-safe)."""
 
-    def __init__(self, config: ConfigSchema, data: GraphData, schedule: TrainingSchedule,
-                 committed_version: int, start: ChunkPosition | None, layout: WorldLayout,
-                 reporter: Reporter, liveness: Liveness) -> None:
-        self.config = config
-        self.schedule = schedule
-        self.layout = layout
-        self.reporter = reporter
-        self.liveness = liveness
-        self.committed_version = committed_version
-        self.start = start
-        self.position = start
-        fresh = committed_version == 0 and config.init_path is None
-        self.locks = BucketLocks(lambda b: _keys_of(data, b), fresh_start=fresh)
-        if start is not None:
-            self.locks.start(schedule.buckets(start))
+    config: ConfigSchema
+    data: GraphData
+    schedule: TrainingSchedule
+    committed_version: int
+    start: ChunkPosition | None
+    layout: WorldLayout
+    reporter: Reporter
+    liveness: Liveness
+
+    def __post_init__(self) -> None:
+        self.position = self.start
+        fresh = self.committed_version == 0 and self.config.init_path is None
+        self.locks = BucketLocks(lambda b: _keys_of(self.data, b), fresh_start=fresh)
+        if self.start is not None:
+            self.locks.start(self.schedule.buckets(self.start))
         self.lock = threading.Lock()
         self.early_stopping = EarlyStopping()
         self.arrived: set[int] = set()
@@ -204,7 +203,7 @@ class LockService:
 
 
 def _keys_of(data: GraphData, bucket: Bucket) -> frozenset[PartitionKey]:
-    lhs, rhs = partition_keys(data, bucket)
+    lhs, rhs = data.partition_keys(bucket)
     return frozenset(lhs) | frozenset(rhs)
 
 
@@ -221,14 +220,15 @@ def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail early on a bad entity_path
     with checkpoint_lease(config, "tessera lock-server", reporter) as lease:
-        store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+        store = CheckpointStore.from_config(config)
         store.remove_uncommitted(config.to_dict())  # before anyone joins: no one writes yet
         version = store.current_version()
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         liveness = Liveness(range(1, layout.world_size), settings.peer_timeout)
-        service = LockService(config, data, schedule, version, start, layout, reporter,
-                              liveness)
+        service = LockService(config=config, data=data, schedule=schedule,
+                              committed_version=version, start=start, layout=layout,
+                              reporter=reporter, liveness=liveness)
         with lease.renewing(on_lost=lambda message: liveness.fail(message, EXIT_TRANSIENT)):
             _serve_job(service, layout, settings, reporter)
 

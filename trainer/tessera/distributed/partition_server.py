@@ -16,12 +16,11 @@ import threading
 import torch
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
-from ..training.coordinator import open_init_store
-from ..training.graph_data import GraphData
-from ..training.partitions import Partition, PartitionKey, PartitionLoader, all_partition_keys
+from ..training.partitions import Partition, PartitionLoader, all_partition_keys
+from ..vocabulary import PartitionKey
 from .heartbeat import peer_session
 from .lock_client import LockClient
 from .parameter_server import ParameterServer
@@ -84,10 +83,11 @@ def run_partition_server(config: ConfigSchema, rank: int, settings: DistributedS
     layout.check_rank(Role.PARTITION_SERVER, rank)
     name = layout.name_of(layout.rank_of(Role.PARTITION_SERVER, rank))
     data = GraphData(config)
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+    store = CheckpointStore.from_config(config)
     # The lock server only cleans up versions other than the committed one, so the committed
     # version read here is the one the job resumes from.
-    loader = PartitionLoader(config, data.entity_counts, store, open_init_store(config))
+    loader = PartitionLoader(config, data.entity_counts, store,
+                             CheckpointStore.init_from_config(config))
     keys = [key for key in all_partition_keys(config) if layout.partition_server_of(key) == name]
     # Served before joining: trainers may call as soon as the rendezvous completes.
     serve(PARTITIONS_SERVICE, PartitionServer(keys, loader, store.current_version()))

@@ -20,11 +20,11 @@ from typing import Protocol
 
 from ..training.partitions import (
     Partition,
-    PartitionKey,
     PartitionLoader,
     all_partition_keys,
     partition_for_workers,
 )
+from ..vocabulary import PartitionKey
 from .lock_client import LockClient
 from .partition_server import PARTITIONS_SERVICE
 from .rendezvous import World

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData, check_has_edges
+from ..model.model_io import save_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
-from ..training.bucket import Bucket
 from ..training.bucket_trainer import BucketOutcome
 from ..training.coordinator import (
     JobProgress,
@@ -28,14 +29,13 @@ from ..training.coordinator import (
     check_trainable,
     iteration_metadata,
     make_schedule,
-    open_init_store,
     publish_checkpoint,
+    report_early_stop,
 )
-from ..training.graph_data import GraphData, check_has_edges
-from ..training.model_checkpoint import save_model
 from ..training.partitions import PartitionLoader
-from ..training.schedule import ChunkPosition, TrainingSchedule
+from ..training.schedule import TrainingSchedule
 from ..training.worker import ModelState
+from ..vocabulary import Bucket, ChunkPosition
 from .heartbeat import exit_now, peer_session
 from .lock_client import LockClient
 from .parameter_server import ParameterSync, shared_tensors
@@ -93,23 +93,20 @@ def _job_progress(progress: dict[str, Any]) -> JobProgress:
                        bucket=progress["bucket"], loss=progress["loss"], mrr=progress["mrr"])
 
 
+@dataclass(eq=False)  # a live object with state: compared by identity
 class DistributedCheckpointer:
     """The checkpoint barrier at the end of each chunk position."""
 
-    def __init__(self, config: ConfigSchema, schedule: TrainingSchedule,
-                 store: CheckpointStore, state: ModelState, partitions: RemotePartitions,
-                 backend: PartitionBackend, sync: ParameterSync, lock: LockClient,
-                 committed_version: int, reporter: Reporter) -> None:
-        self.config = config
-        self.schedule = schedule
-        self.store = store
-        self.state = state
-        self.partitions = partitions
-        self.backend = backend
-        self.sync = sync
-        self.lock = lock
-        self.committed_version = committed_version
-        self.reporter = reporter
+    config: ConfigSchema
+    schedule: TrainingSchedule
+    store: CheckpointStore
+    state: ModelState
+    partitions: RemotePartitions
+    backend: PartitionBackend
+    sync: ParameterSync
+    lock: LockClient
+    committed_version: int
+    reporter: Reporter
 
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         metadata = iteration_metadata(self.config, self.schedule, position)
@@ -128,15 +125,16 @@ class DistributedCheckpointer:
         self.lock.wait_for(lambda: self.lock.all_arrived(position))
         self.sync.sync()  # every other trainer pushed its last changes before arriving
         version = self.committed_version + 1
+        started = time.monotonic()
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.backend.write_checkpoint(version, metadata)
         self.store.commit(version, self.config.to_dict())
         publish_checkpoint(self.config, self.schedule, self.store, version, position,
-                           self.lock.position_records(position), self.reporter)
+                           self.lock.position_records(position), self.reporter,
+                           time.monotonic() - started)
         stop = self.lock.committed(position, version)
         if stop:
-            self.reporter.event("early stopping: the held-out loss went up",
-                                epoch=position.epoch_idx + 1)
+            report_early_stop(self.reporter, position)
         return version, stop
 
 
@@ -150,13 +148,13 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
     data.entity_counts  # noqa: B018 - fail before joining on a bad entity_path
     check_has_edges(data)
     schedule = make_schedule(config, data)
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+    store = CheckpointStore.from_config(config)
     world = join_world(layout, Role.TRAINER, rank, settings)
     lock = LockClient(world, rank)
     with peer_session(world, lock):
         plan = lock.hello()
         version, start = plan["committed_version"], plan["start"]
-        init = open_init_store(config)
+        init = CheckpointStore.init_from_config(config)
         state = build_model_state(config, data, store, version, init)
         backend = _backend(world, config, data, store, init, lock, version)
         partitions = RemotePartitions(backend, lock)
@@ -165,13 +163,17 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
                              on_failure=lambda error: exit_now(world, str(error),
                                                                error.exit_code))
         with sync:
-            checkpointer = DistributedCheckpointer(config, schedule, store, state, partitions,
-                                                   backend, sync, lock, version, reporter)
+            checkpointer = DistributedCheckpointer(
+                config=config, schedule=schedule, store=store, state=state,
+                partitions=partitions, backend=backend, sync=sync, lock=lock,
+                committed_version=version, reporter=reporter)
             source = LockedBuckets(lock, partitions,
                                    lambda p: iteration_metadata(config, schedule, p),
                                    settings.poll_interval)
-            summary = TrainingRun(config, data, schedule, state, partitions, source,
-                                  checkpointer, reporter).run(start)
+            run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
+                              partitions=partitions, source=source,
+                              checkpointer=checkpointer, reporter=reporter)
+            summary = run.run(start)
         reporter.event("partition traffic", trainer=rank, **partitions.traffic.record())
     return summary
 

@@ -13,7 +13,7 @@ from enum import Enum
 
 from ..config import ConfigSchema
 from ..errors import ConfigError
-from ..training.partitions import PartitionKey
+from ..vocabulary import PartitionKey
 
 
 class Role(str, Enum):

@@ -19,16 +19,14 @@ import numpy as np
 import torch
 
 from ..config import ConfigSchema
+from ..data.batching import iter_batches
+from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..edgelist import EdgeList
 from ..errors import BadInputError
 from ..model import EmbeddingModel
+from ..model.model_io import load_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.fs import Directory
-from ..training.batching import iter_batches
-from ..training.bucket_trainer import partition_keys
-from ..training.graph_data import GraphData, check_edge_paths, check_has_edges
-from ..training.model_checkpoint import load_model
 from .filtering import KnownEdges, mask_known
 from .metrics import RankingMetrics
 from .sampled import TablesOf, rank_against_sampled
@@ -43,7 +41,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     check_edge_paths(config)
     data = GraphData(config)
     check_has_edges(data)
-    store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+    store = CheckpointStore.from_config(config)
     version = store.current_version()
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to evaluate; run "
@@ -71,7 +69,7 @@ def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version:
             edges = data.read_edges(edge_path_idx, bucket)
             if len(edges) == 0:
                 continue
-            lhs_keys, rhs_keys = partition_keys(data, bucket)
+            lhs_keys, rhs_keys = data.partition_keys(bucket)
             tables = {key: _read_partition(config, data, store, version, key)
                       for key in set(lhs_keys) | set(rhs_keys)}
             metrics.merge(rank_against_sampled(

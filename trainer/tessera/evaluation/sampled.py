@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import torch
 
+from ..data.batching import iter_batches
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel
-from ..training.batching import iter_batches
 from .metrics import RankingMetrics
 
 TablesOf = Callable[[int], tuple[torch.Tensor, torch.Tensor]]  # relation -> (lhs, rhs) tables

@@ -22,13 +22,13 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import h5py
 import numpy as np
 
 from ..errors import BadInputError, FormatError, TesseraError
-from .fs import Directory
+from .fs import Directory, StorageSettings
 from .hdf5 import FORMAT_VERSION_ATTR, check_format_version, reading_hdf5, writing_hdf5
 
 logger = logging.getLogger(__name__)
@@ -68,11 +68,33 @@ def should_preserve(epochs_done: int, interval: int | None) -> bool:
     return interval is not None and epochs_done > 0 and epochs_done % interval == 0
 
 
+class CheckpointSettings(StorageSettings, Protocol):
+    """The config keys that say where checkpoints are (a ConfigSchema has them)."""
+
+    @property
+    def checkpoint_path(self) -> str: ...
+
+    @property
+    def init_path(self) -> str | None: ...
+
+
 class CheckpointStore:
     """The checkpoints in one directory: write a version's files, commit it, read it back."""
 
     def __init__(self, directory: Directory) -> None:
         self.directory = directory
+
+    @classmethod
+    def from_config(cls, config: CheckpointSettings) -> CheckpointStore:
+        """The run's own checkpoints, at `checkpoint_path`."""
+        return cls(Directory.from_config(config.checkpoint_path, config))
+
+    @classmethod
+    def init_from_config(cls, config: CheckpointSettings) -> CheckpointStore | None:
+        """The checkpoint a run starts from when it has none of its own (`init_path`)."""
+        if not config.init_path:
+            return None
+        return cls(Directory.from_config(config.init_path, config))
 
     def __repr__(self) -> str:
         return f"CheckpointStore({self.directory.url!r})"

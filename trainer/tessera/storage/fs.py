@@ -4,6 +4,11 @@ Everything Tessera reads or writes goes through `Directory`, which hides two dif
 between local disks and object stores: how to make a write atomic (rename a temporary file,
 or a single PUT), and how HDF5 reaches the bytes (a local path, or a seekable remote file
 that fetches only the ranges it reads).
+
+It also counts the bytes that pass through it (`metrics.STORAGE_READ_BYTES`,
+`STORAGE_WRITTEN_BYTES`): every read of a text file or of a stream, and every file published.
+What it does not see is not counted: HDF5 reading a local file by path, and copies that the
+backend makes by itself (a snapshot on the same disk or bucket).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import IO, Any, Protocol, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from ..metrics import STORAGE_READ_BYTES, STORAGE_WRITTEN_BYTES
 from .retry import call_with_retries
 
 T = TypeVar("T")
@@ -133,7 +139,9 @@ class Directory:
             with self.fs.open(self.path(name), "rt", encoding="utf-8") as file:
                 return str(file.read())
 
-        return self._call(self.url_of(name), read)
+        text = self._call(self.url_of(name), read)
+        STORAGE_READ_BYTES.inc(len(text.encode("utf-8")))
+        return text
 
     def write_text(self, name: str, text: str) -> None:
         """Write a small text file atomically: readers see the old or the new content."""
@@ -172,7 +180,7 @@ class Directory:
         file = self._call(url, lambda: self.fs.open(self.path(name), "rb",
                                                      block_size=REMOTE_BLOCK_SIZE))
         try:
-            yield file if self.is_local else RetryingReader(file, url, self._call)
+            yield CountingReader(file, url, _call_once if self.is_local else self._call)
         finally:
             file.close()
 
@@ -198,6 +206,7 @@ class Directory:
             temp_path = _create_temp_file(tempfile.gettempdir(), "tessera-", f"-{name}")
         try:
             yield temp_path
+            size = os.path.getsize(temp_path)
             if self.is_local:
                 _fsync(temp_path)
                 os.replace(temp_path, self.path(name))
@@ -205,6 +214,7 @@ class Directory:
             else:
                 self._call(self.url_of(name),
                            lambda: self.fs.put_file(temp_path, self.path(name)))
+            STORAGE_WRITTEN_BYTES.inc(size)
         finally:
             if os.path.exists(temp_path):
                 os.unlink(temp_path)
@@ -214,9 +224,10 @@ class Directory:
                                  storage_options=self.storage_options)
 
 
-class RetryingReader:
-    """A remote file whose reads wait out outages: a failed read is repeated from the same
-    offset, so HDF5 (which reads through it) never sees the outage."""
+class CountingReader:
+    """A file whose reads are counted and, on remote backends (`call` retries), wait out
+    outages: a failed read is repeated from the same offset, so HDF5 (which reads through
+    it) never sees the outage."""
 
     def __init__(self, file: IO[bytes], url: str,
                  call: Callable[[str, Callable[[], Any]], Any]) -> None:
@@ -225,10 +236,14 @@ class RetryingReader:
         self._call = call
 
     def read(self, size: int = -1) -> bytes:
-        return bytes(self._repeatable(lambda: self._file.read(size)))
+        data = bytes(self._repeatable(lambda: self._file.read(size)))
+        STORAGE_READ_BYTES.inc(len(data))
+        return data
 
     def readinto(self, buffer: Any) -> int:
-        return int(self._repeatable(lambda: self._file.readinto(buffer)))  # type: ignore[attr-defined]
+        count = int(self._repeatable(lambda: self._file.readinto(buffer)))  # type: ignore[attr-defined]
+        STORAGE_READ_BYTES.inc(count)
+        return count
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         return self._file.seek(offset, whence)
@@ -257,6 +272,10 @@ class RetryingReader:
             return read()
 
         return self._call(self._url, read_from_offset)
+
+
+def _call_once(location: str, operation: Callable[[], T]) -> T:
+    return operation()
 
 
 def _is_s3(url: str) -> bool:

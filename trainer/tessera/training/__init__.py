@@ -1,1 +1,1 @@
-"""The training loop: schedule, batching, optimizers, Hogwild workers, coordinator."""
+"""The training loop: schedule, optimizers, partitions in memory, Hogwild workers, coordinator."""

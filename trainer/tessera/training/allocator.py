@@ -8,23 +8,12 @@ swapped is only what it uses. Both are no-ops (returning False) without glibc.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import functools
-from typing import Any
+from .libc import libc_function
 
 # glibc mallopt parameters, and the values workers use (see `keep_freed_memory`).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # the largest glibc accepts
 TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
-
-
-@functools.cache  # find_library runs `ldconfig -p`: not once per bucket in every process
-def _libc_function(name: str) -> Any:
-    try:
-        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
 
 
 def keep_freed_memory() -> bool:
@@ -35,7 +24,7 @@ def keep_freed_memory() -> bool:
     touches: up to a fifth of a worker's time. Blocks up to 32 MiB now come from the heap,
     which keeps up to 128 MiB free.
     """
-    mallopt = _libc_function("mallopt")
+    mallopt = libc_function("mallopt")
     return bool(mallopt and mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
                 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
 
@@ -50,7 +39,7 @@ def release_freed_memory() -> bool:
     30 MB of scattered blocks, measured), and the next bucket's first batches fault their
     pages back in.
     """
-    malloc_trim = _libc_function("malloc_trim")
+    malloc_trim = libc_function("malloc_trim")
     if malloc_trim is None:
         return False
     malloc_trim(0)

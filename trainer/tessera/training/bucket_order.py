@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from tessera.config.schema import BucketOrderName
-from tessera.training.bucket import Bucket, all_buckets
+from tessera.vocabulary import Bucket, all_buckets
 
 RandomSource = random.Random | torch.Generator
 BucketOrder = Callable[[int, int, RandomSource], list[Bucket]]

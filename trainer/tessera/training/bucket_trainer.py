@@ -12,15 +12,15 @@ from typing import Any
 import torch
 
 from ..config import ConfigSchema
+from ..data.batching import shuffle_edges, split_among_workers, split_holdout
+from ..data.graph_data import GraphData
 from ..edgelist import EdgeList
 from ..evaluation.sampled import rank_against_sampled
-from .batching import shuffle_edges, split_among_workers, split_holdout
-from .bucket import Bucket
-from .graph_data import GraphData
+from ..seeding import stable_seed
+from ..vocabulary import PartitionKey
 from .hogwild import Pool
-from .partitions import Partition, PartitionKey
+from .partitions import Partition
 from .schedule import TrainingStep
-from .seeding import stable_seed
 from .worker import BatchSettings, ModelState, WorkerTask, train_part
 
 
@@ -46,13 +46,6 @@ class BucketOutcome:
                 "seconds": self.seconds}
 
 
-def partition_keys(data: GraphData, bucket: Bucket) -> tuple[list[PartitionKey],
-                                                             list[PartitionKey]]:
-    """For each relation type, the partitions of its left and right sides in `bucket`."""
-    return ([(t, data.partition_of(t, bucket.lhs)) for t in data.relation_types("lhs")],
-            [(t, data.partition_of(t, bucket.rhs)) for t in data.relation_types("rhs")])
-
-
 class BucketTrainer:
     """Trains bucket chunks with a pool of Hogwild workers (or inline with one worker)."""
 
@@ -71,7 +64,7 @@ class BucketTrainer:
 
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
-        lhs_keys, rhs_keys = partition_keys(self.data, step.bucket)
+        lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         identity = self._identity(step)
         seed = stable_seed((step.epoch_idx, *identity))
         parts, eval_edges = self._read_parts(step, identity, seed)

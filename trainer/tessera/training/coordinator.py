@@ -19,26 +19,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..config import ConfigSchema
+from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..errors import BadInputError
 from ..model import EmbeddingModel
+from ..model.model_io import INIT_PATH, load_model, save_model
 from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
-from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
-from .bucket import Bucket
-from .bucket_trainer import BucketOutcome, BucketTrainer, partition_keys
-from .graph_data import GraphData, check_edge_paths, check_has_edges
+from .bucket_trainer import BucketOutcome, BucketTrainer
 from .hogwild import make_pool
-from .model_checkpoint import INIT_PATH, load_model, save_model
 from .optimizers import make_model_optimizer
-from .partitions import Partition, PartitionHolder, PartitionKey
-from .schedule import ChunkPosition, TrainingSchedule, TrainingStep, num_edge_chunks
+from .partitions import Partition, PartitionHolder
+from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
 from .worker import ModelState, train_part
 
 
@@ -100,17 +100,18 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     check_has_edges(data)
     with checkpoint_lease(config, "tessera train", reporter) as lease:
-        store = CheckpointStore(Directory.from_config(config.checkpoint_path, config))
+        store = CheckpointStore.from_config(config)
         store.remove_uncommitted(config.to_dict())
         version = store.current_version()
-        init = open_init_store(config)
+        init = CheckpointStore.init_from_config(config)
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         state = build_model_state(config, data, store, version, init)
         holder = PartitionHolder(config, data.entity_counts, store, init, version)
         checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
-        run = TrainingRun(config, data, schedule, state, holder, ScheduledBuckets(schedule),
-                          checkpointer, reporter)
+        run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
+                          partitions=holder, source=ScheduledBuckets(schedule),
+                          checkpointer=checkpointer, reporter=reporter)
         return run.run(start, alongside=lease.renewing())
 
 
@@ -119,7 +120,7 @@ def checkpoint_lease(config: ConfigSchema, command: str,
                      reporter: Reporter) -> Iterator[CheckpointLease]:
     """The job's lease on its checkpoint path, held (not yet renewed) for the block: taken
     before anything there is read or deleted, so that two jobs never write one checkpoint."""
-    lease = CheckpointLease(Directory.from_config(config.checkpoint_path, config), command)
+    lease = CheckpointLease(CheckpointStore.from_config(config).directory, command)
     replaced = lease.acquire()
     if replaced is not None:
         reporter.event("took over the checkpoint lease of a stopped run", previous=replaced)
@@ -143,12 +144,6 @@ def check_trainable(config: ConfigSchema) -> None:
     check_edge_paths(config)
     if config.num_gpus > 0:
         raise BadInputError("num_gpus: Tessera trains on CPUs; set num_gpus: 0")
-
-
-def open_init_store(config: ConfigSchema) -> CheckpointStore | None:
-    if not config.init_path:
-        return None
-    return CheckpointStore(Directory.from_config(config.init_path, config))
 
 
 def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:
@@ -204,23 +199,24 @@ def edges_per_position(config: ConfigSchema, data: GraphData,
     return int(sum(totals) / len(totals) / schedule.num_edge_chunks * train_share)
 
 
+@dataclass(eq=False)  # a live object with state: compared by identity
 class TrainingRun:
     """Drives one run from a start position to the end, one checkpoint per chunk position."""
 
-    def __init__(self, config: ConfigSchema, data: GraphData, schedule: TrainingSchedule,
-                 state: ModelState, partitions: PartitionSource, source: BucketSource,
-                 checkpointer: Checkpointer, reporter: Reporter) -> None:
-        self.config = config
-        self.data = data
-        self.schedule = schedule
-        self.state = state
-        self.partitions = partitions
-        self.source = source
-        self.checkpointer = checkpointer
-        self.reporter = reporter
-        self.num_workers = config.workers or os.cpu_count() or 1
-        self.buckets_total = 0  # buckets of the whole job in this invocation
-        self.trained_here = 0  # buckets this process trained
+    config: ConfigSchema
+    data: GraphData
+    schedule: TrainingSchedule
+    state: ModelState
+    partitions: PartitionSource
+    source: BucketSource
+    checkpointer: Checkpointer
+    reporter: Reporter
+    buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
+    trained_here: int = field(default=0, init=False)  # buckets this process trained
+
+    @property
+    def num_workers(self) -> int:
+        return self.config.workers or os.cpu_count() or 1
 
     def run(self, start: ChunkPosition | None,
             alongside: contextlib.AbstractContextManager[Any] | None = None) -> TrainingSummary:
@@ -259,7 +255,7 @@ class TrainingRun:
                     task: Task) -> BucketOutcome:
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)
-        lhs_keys, rhs_keys = partition_keys(self.data, bucket)
+        lhs_keys, rhs_keys = self.data.partition_keys(bucket)
         metadata = iteration_metadata(self.config, self.schedule, position)
         partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
@@ -339,12 +335,14 @@ class LocalCheckpointer:
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         metadata = iteration_metadata(self.config, self.schedule, position)
         version = self.holder.next_version
+        started = time.monotonic()
         self.holder.write_all(metadata)
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.store.commit(version, self.config.to_dict())
         self.holder.committed()
         publish_checkpoint(self.config, self.schedule, self.store, version, position,
-                           [outcome.record() for outcome in outcomes], self.reporter)
+                           [outcome.record() for outcome in outcomes], self.reporter,
+                           time.monotonic() - started)
         self.early_stopping.add(outcomes)
         return should_stop(self.config, self.schedule, position, self.early_stopping,
                            self.reporter)
@@ -352,16 +350,19 @@ class LocalCheckpointer:
 
 def publish_checkpoint(config: ConfigSchema, schedule: TrainingSchedule,
                        store: CheckpointStore, version: int, position: ChunkPosition,
-                       records: list[dict[str, Any]], reporter: Reporter) -> None:
+                       records: list[dict[str, Any]], reporter: Reporter,
+                       commit_seconds: float) -> None:
     """After `version` is committed: announce it (with the share of the whole run it
-    completes, which a watcher cannot compute when num_edge_chunks comes from the data),
+    completes, which a watcher cannot compute when num_edge_chunks comes from the data, and
+    the `commit_seconds` its partitions, model and commit took to write),
     append its bucket stats, and preserve it if it ends an epoch that
     `checkpoint_preservation_interval` keeps."""
     reporter.event("checkpoint committed", checkpoint_version=version,
                    epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
                    edge_chunk=position.edge_chunk_idx,
                    chunks_done=schedule.index_of(position) + 1,
-                   chunks_total=schedule.num_positions)
+                   chunks_total=schedule.num_positions,
+                   commit_seconds=round(commit_seconds, 3))
     store.append_stats(records)
     epochs_done = position.epoch_idx + 1
     if schedule.ends_epoch(position) and should_preserve(
@@ -375,8 +376,13 @@ def should_stop(config: ConfigSchema, schedule: TrainingSchedule, position: Chun
     if not (config.early_stopping and schedule.ends_epoch(position)
             and early_stopping.epoch_ended()):
         return False
-    reporter.event("early stopping: the held-out loss went up", epoch=position.epoch_idx + 1)
+    report_early_stop(reporter, position)
     return True
+
+
+def report_early_stop(reporter: Reporter, position: ChunkPosition) -> None:
+    """The event that says early stopping ended the run after `position`'s epoch."""
+    reporter.event("early stopping: the held-out loss went up", epoch=position.epoch_idx + 1)
 
 
 class EarlyStopping:

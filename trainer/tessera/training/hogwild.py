@@ -15,8 +15,6 @@ threads spend about a fifth of their time waiting for it.
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
-import ctypes.util
 import os
 import queue
 import signal
@@ -30,6 +28,7 @@ import torch.multiprocessing as mp
 
 from ..errors import ConfigError, TransientError
 from .allocator import keep_freed_memory, release_freed_memory
+from .libc import libc_function
 
 # How often the parent checks that workers are still alive while waiting for results.
 LIVENESS_POLL_SECONDS = 1.0
@@ -49,11 +48,8 @@ def die_with_parent() -> bool:
     A trainer killed with SIGKILL cannot stop its workers itself; without this they would
     keep training against tables nobody will ever save, holding memory and cores.
     """
-    try:
-        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
-    except (OSError, AttributeError):
-        return False
-    return prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
+    prctl = libc_function("prctl")
+    return prctl is not None and prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
 
 
 Pool = Union["HogwildPool", "HogwildThreads"]

@@ -11,7 +11,6 @@ State dicts follow torch's Optimizer layout, which is what PBG stores (pickled) 
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import torch
@@ -19,7 +18,7 @@ from torch import nn
 
 from .. import kernels
 from ..config import ConfigSchema
-from ..errors import BadInputError, FormatError
+from ..errors import BadInputError
 
 EPSILON = 1e-10
 
@@ -40,21 +39,6 @@ def coalesce_rows(rows: torch.Tensor,
     if len(others):
         summed.index_add_(0, inverse.index_select(0, others), grads.index_select(0, others))
     return unique_rows, summed
-
-
-def load_optimizer_state(blob: bytes, url: str) -> Any:
-    """An optimizer state saved with torch.save, as a checkpoint file stores it.
-
-    Only tensors and plain containers are accepted (weights_only), so a damaged or foreign
-    blob is a bad checkpoint file, reported with its location, never code to run.
-    """
-    try:
-        return torch.load(io.BytesIO(blob), weights_only=True)
-    except Exception as error:  # torch raises pickle, zip and runtime errors alike
-        raise FormatError(url, f"the optimizer state (optimizer/state_dict) cannot be read "
-                               f"({type(error).__name__}); restore this file from a copy, or "
-                               "delete the dataset to restart the optimizer's "
-                               "accumulators") from None
 
 
 def row_adagrad_state(row_sum: torch.Tensor, lr: float) -> dict[str, Any]:

@@ -20,12 +20,12 @@ from typing import Any
 import torch
 
 from ..config import ConfigSchema
+from ..model.model_io import load_optimizer_state
+from ..seeding import stable_seed
 from ..storage.checkpoint import CheckpointStore, embeddings_file
+from ..vocabulary import PartitionKey
 from .hogwild import empty_for_workers, share_with_workers
-from .optimizers import load_optimizer_state, row_adagrad_state
-from .seeding import stable_seed
-
-PartitionKey = tuple[str, int]  # (entity type, partition)
+from .optimizers import row_adagrad_state
 
 
 @dataclass

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from tessera.config.schema import BucketOrderName, ConfigSchema
 from tessera.errors import BadInputError
-from tessera.training.bucket import Bucket
+from tessera.seeding import stable_seed
 from tessera.training.bucket_order import BUCKET_ORDERS
-from tessera.training.seeding import stable_seed
+from tessera.vocabulary import Bucket, ChunkPosition
 
 
 def num_edge_chunks(config: ConfigSchema, max_bucket_edges: int) -> int:
@@ -30,23 +30,6 @@ def num_edge_chunks(config: ConfigSchema, max_bucket_edges: int) -> int:
     return max(1, math.ceil(max_bucket_edges / config.max_edges_per_chunk))
 
 
-def chunk_range(num_edges: int, chunk_idx: int, num_chunks: int) -> tuple[int, int]:
-    """The [start, stop) edges of a chunk: contiguous, sizes differing by at most one (larger
-    ones first), and together covering every edge exactly once."""
-    if not 0 <= chunk_idx < num_chunks:
-        raise IndexError(f"chunk {chunk_idx} out of range for {num_chunks} chunks")
-    size, num_larger = divmod(num_edges, num_chunks)
-    start = chunk_idx * size + min(chunk_idx, num_larger)
-    return start, start + size + (1 if chunk_idx < num_larger else 0)
-
-
-@dataclass(frozen=True, order=True)
-class ChunkPosition:
-    """One chunk of one edge set of one epoch: the unit after which a checkpoint is written."""
-
-    epoch_idx: int
-    edge_path_idx: int
-    edge_chunk_idx: int
 
 
 @dataclass(frozen=True)

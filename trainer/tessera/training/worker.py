@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..data.batching import iter_batches
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
-from .batching import iter_batches
+from ..vocabulary import PartitionKey
 from .optimizers import DenseAdagrad, RowAdagrad
-from .partitions import Partition, PartitionKey
+from .partitions import Partition
 
 
 @dataclass

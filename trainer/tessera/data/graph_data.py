@@ -18,8 +18,7 @@ from ..errors import ConfigError, FormatError
 from ..storage.edges import bucket_file, read_bucket, read_bucket_size
 from ..storage.entities import read_dynamic_relation_count, read_entity_counts
 from ..storage.fs import Directory
-from .bucket import Bucket, all_buckets
-from .schedule import chunk_range
+from ..vocabulary import Bucket, PartitionKey, all_buckets, chunk_range
 
 
 @dataclass
@@ -98,6 +97,11 @@ class GraphData:
         """The partition of `entity` in a bucket side numbered `part`: unpartitioned types
         always live in partition 0."""
         return part if self.config.entities[entity].num_partitions > 1 else 0
+
+    def partition_keys(self, bucket: Bucket) -> tuple[list[PartitionKey], list[PartitionKey]]:
+        """For each relation type, the partitions of its left and right sides in `bucket`."""
+        return ([(t, self.partition_of(t, bucket.lhs)) for t in self.relation_types("lhs")],
+                [(t, self.partition_of(t, bucket.rhs)) for t in self.relation_types("rhs")])
 
     def partition_size(self, entity: str, part: int) -> int:
         return self.entity_counts[entity][self.partition_of(entity, part)]

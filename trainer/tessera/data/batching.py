@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from tessera.edgelist import EdgeList
-from tessera.training.schedule import chunk_range
-from tessera.training.seeding import stable_seed
+from tessera.seeding import stable_seed
+from tessera.vocabulary import chunk_range
 
 
 def split_holdout(edges: EdgeList, eval_fraction: float,

@@ -1,4 +1,5 @@
-"""Saving and loading the model (operators, global embeddings) and its optimizer.
+"""Saving and loading the model (operators, global embeddings) and its optimizer, and reading
+the optimizer states checkpoint files hold (the model's, and each partition's row state).
 
 Parameters are stored under PBG's public names with their state-dict keys, so a model file
 written here loads in PBG and the other way round.
@@ -8,15 +9,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from ..errors import BadInputError, FormatError
-from ..model import EmbeddingModel
 from ..storage.checkpoint import CheckpointStore, model_file
-from .optimizers import DenseAdagrad, load_optimizer_state
+from .embedding_model import EmbeddingModel
 
 # The config key a model file was found through: it decides what to advise when the file does
 # not fit the config.
@@ -33,8 +33,16 @@ _REMEDIES = {
 _DIFFERENCES_SHOWN = 3
 
 
+class ModelOptimizer(Protocol):
+    """What is saved of the model's optimizer (training's DenseAdagrad): its state dict."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
 def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
-               optimizer: DenseAdagrad | None, metadata: Mapping[str, Any]) -> None:
+               optimizer: ModelOptimizer | None, metadata: Mapping[str, Any]) -> None:
     names = model.public_parameter_names()
     params = {names[key]: (key, tensor.detach().numpy().copy())
               for key, tensor in model.state_dict().items()}
@@ -47,7 +55,7 @@ def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
 
 
 def load_model(store: CheckpointStore, version: int | None, model: EmbeddingModel,
-               optimizer: DenseAdagrad | None, *, origin: str = CHECKPOINT_PATH) -> None:
+               optimizer: ModelOptimizer | None, *, origin: str = CHECKPOINT_PATH) -> None:
     """Load parameters (and optimizer state when present and compatible) in place.
 
     `origin` is the config key `store` comes from (CHECKPOINT_PATH or INIT_PATH).
@@ -69,6 +77,21 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
             optimizer.load_state_dict(saved)
         except BadInputError:
             pass  # optimizer state of another model layout: start its accumulators afresh
+
+
+def load_optimizer_state(blob: bytes, url: str) -> Any:
+    """An optimizer state saved with torch.save, as a checkpoint file stores it.
+
+    Only tensors and plain containers are accepted (weights_only), so a damaged or foreign
+    blob is a bad checkpoint file, reported with its location, never code to run.
+    """
+    try:
+        return torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as error:  # torch raises pickle, zip and runtime errors alike
+        raise FormatError(url, f"the optimizer state (optimizer/state_dict) cannot be read "
+                               f"({type(error).__name__}); restore this file from a copy, or "
+                               "delete the dataset to restart the optimizer's "
+                               "accumulators") from None
 
 
 def _model_url(store: CheckpointStore, version: int | None) -> str:
