@@ -1,5 +1,6 @@
-"""The cluster of the end-to-end tests: the test API server, a kubelet and the operator, and
-what the tests ask of them (a job's phases and statuses, pod logs, pausing a pod).
+"""The cluster of the end-to-end tests: an API server (a real kube-apiserver, or the emulator),
+a kubelet and the operator, and what the tests ask of them (a job's phases and statuses, pod
+logs, pausing a pod, log faults).
 
 The operator runs as users run it, `python -m tessera_operator --standalone --namespace ml`,
 in a process of its own that logs in with a kubeconfig, so that it can be stopped and
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import kmock
 import s3fs
@@ -23,6 +24,7 @@ import yaml
 from e2e.kube_api import ApiServer
 from e2e.kube_client import KubeClient, eventually
 from e2e.kubelet import Kubelet
+from e2e.real_cluster import ControlPlane
 from support.planted import PlantedGraph
 from support.prometheus import free_port
 
@@ -38,6 +40,22 @@ STATUS_SECONDS = 30.0  # the operator reads progress at least every 10 s
 # What a node gives every container besides the pod's environment: one intra-op thread (the
 # machine is small), and the loopback interface for torch's process groups.
 NODE_ENV = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"}
+
+
+class ApiView(Protocol):
+    """What tests ask of the API server beyond the API: `kube_api.ApiServer` (the emulator)
+    answers from its state, `real_api.RealApi` from kube-apiserver's audit log and the
+    kubelet's log endpoint."""
+
+    @property
+    def url(self) -> str: ...
+
+    def history(self, resource: kmock.resource, namespace: str | None,
+                name: str) -> list[dict[str, Any] | None]: ...
+
+    def reads(self, resource: kmock.resource, name: str, subresource: str = "") -> int: ...
+
+    def fail_logs(self, status: int | None) -> None: ...
 
 
 def start_api() -> tuple[ApiServer, KubeClient]:
@@ -115,10 +133,11 @@ class OperatorProcess:
 class Cluster:
     """The parts of a cluster the tests use, and what they ask of it."""
 
-    api: ApiServer
+    api: ApiView
     kube: KubeClient
     kubelet: Kubelet
     operator: OperatorProcess
+    control_plane: ControlPlane | None = None  # a real one's processes, None on the emulator
 
     def job(self, name: str) -> dict[str, Any] | None:
         return self.kube.get(JOB_API, JOB_KIND, name)

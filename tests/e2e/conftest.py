@@ -1,10 +1,13 @@
 """Fixtures of the end-to-end tests (see `cluster` for what they start).
 
-`cluster` is a whole cluster: API server, kubelet and operator; `kube` only the API server
-(with the namespace and the CRD), for what needs no controller. Both serve the API with the
-emulator of `kube_api`; `control_plane` is a real one (`real_cluster`: etcd, kube-apiserver,
-kube-controller-manager), shared by a test module, which may override `static_token_users`
-(the users the API server's token file authenticates). `s3_job` turns
+`cluster` is a whole cluster: API server, kubelet and operator, on a real control plane
+(`real_cluster`: etcd, kube-apiserver, kube-controller-manager; the kubelet of `node_kubelet`;
+the operator with the Helm chart's namespaced RBAC and a kind-style kubeconfig), or, with
+`TESSERA_E2E_API=emulator` (where the binaries are missing), on the emulator of `kube_api`.
+`kube` is only the emulator's API server (with the namespace and the CRD), for what a v1.20
+server cannot do: refuse unknown fields (strict field validation came in v1.25).
+`control_plane` is a real control plane shared by a test module, which may override
+`static_token_users` (the users the API server's token file authenticates). `s3_job` turns
 `crds/examples/s3-secret.yaml` into a job that trains a small planted graph uploaded to the
 test S3 server, with the Secret holding that server's credentials. When a test fails, pytest
 shows the operator's log.
@@ -12,12 +15,15 @@ shows the operator's log.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from e2e.chart import chart_objects, operator_user
 from e2e.cluster import (
     NAMESPACE,
     NODE_ENV,
@@ -30,17 +36,29 @@ from e2e.cluster import (
 )
 from e2e.kube_client import KubeClient, eventually
 from e2e.kubelet import Kubelet
+from e2e.node_kubelet import NODE_ADDRESS, NodeKubelet
 from e2e.pki import Pki
+from e2e.real_api import RealApi
 from e2e.real_cluster import ControlPlane, MissingBinaries
 from support.planted import write_planted_graph
 
 Job = tuple[dict[str, Any], dict[str, Any]]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+OPERATOR_RELEASE = "tessera"
+CLUSTER_APIS = os.environ.get("TESSERA_E2E_API", "real").split(",")  # real, emulator or both
+
+
+@pytest.fixture(params=[pytest.param(api, marks=[pytest.mark.real_cluster, pytest.mark.slow])
+                        if api == "real" else api for api in CLUSTER_APIS])
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    if request.param == "real":
+        with _real_cluster(tmp_path) as real:
+            yield real
+        return
     api, kube = start_api()
-    kubelet = Kubelet(api.url, api.emulator, NAMESPACE, tmp_path / "node", NODE_ENV)
+    kubelet = Kubelet(api.url, NAMESPACE, tmp_path / "node", NODE_ENV,
+                      publish_log=api.publish_log)
     operator = OperatorProcess(write_kubeconfig(api.url, tmp_path / "kubeconfig"),
                                tmp_path / "operator.log")
     kubelet.start()
@@ -52,6 +70,51 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         kubelet.stop()
         api.stop()
         print(f"--- operator log ---\n{operator.output()[-30000:]}")  # shown on failure
+
+
+@contextlib.contextmanager
+def _real_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A real control plane with one node, and the operator as the chart's service account."""
+    folder = tmp_path / "control-plane"
+    folder.mkdir()
+    plane = ControlPlane(folder, Pki(folder / "pki"))
+    with contextlib.ExitStack() as stack:
+        stack.callback(plane.stop)
+        try:
+            plane.start()
+        except MissingBinaries as missing:
+            pytest.fail(str(missing), pytrace=False)
+        kube = plane.client(NAMESPACE)
+        install_crd(kube)
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        eventually(lambda: kube.get("v1", "ServiceAccount", "default"),
+                   f"the default service account of {NAMESPACE}", 60)
+        for manifest in chart_objects(NAMESPACE, OPERATOR_RELEASE, cluster_wide=False):
+            kube.apply(manifest)
+        identity = plane.pki.client(operator_user(NAMESPACE, OPERATOR_RELEASE, False))
+        operator = OperatorProcess(plane.write_kubeconfig(tmp_path / "kubeconfig", identity,
+                                                          NAMESPACE),
+                                   tmp_path / "operator.log")
+        kubelet = NodeKubelet(plane.url, NAMESPACE, tmp_path / "node", NODE_ENV,
+                              plane.ssl_context(plane.admin),
+                              plane.pki.serving("node-0", [NODE_ADDRESS]),
+                              plane.pki.ca.certificate)
+        kubelet.start()
+        stack.callback(kubelet.stop)
+        operator.start()
+        stack.callback(lambda: print(f"--- operator log ---\n{operator.output()[-30000:]}"))
+        stack.callback(operator.stop)
+        yield Cluster(RealApi(plane, kubelet), kube, kubelet, operator, plane)
+
+
+def install_crd(admin: KubeClient) -> None:
+    """Every CRD in `crds/` (the EmbeddingJob's, kopf's peering ones), once established."""
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        for crd in [admin.apply(document) for document in
+                    yaml.safe_load_all(path.read_text())]:
+            eventually(lambda c=crd: _established(admin.get(
+                c["apiVersion"], c["kind"], c["metadata"]["name"])),
+                f"the CRD {crd['metadata']['name']} to be established", 60)
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +140,7 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory,
     plane = ControlPlane(folder, Pki(folder / "pki"))
     try:
         plane.start(static_token_users)
-        admin = plane.client("default")
-        for path in sorted((REPO / "crds").glob("*.yaml")):
-            for crd in [admin.apply(document) for document in
-                        yaml.safe_load_all(path.read_text())]:
-                eventually(lambda c=crd: _established(admin.get(
-                    c["apiVersion"], c["kind"], c["metadata"]["name"])),
-                    f"the CRD {crd['metadata']['name']} to be established", 60)
+        install_crd(plane.client("default"))
         yield plane
     except MissingBinaries as missing:
         pytest.fail(str(missing), pytrace=False)

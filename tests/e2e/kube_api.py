@@ -29,6 +29,7 @@ import threading
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -525,6 +526,14 @@ class ApiServer:
             self.emulator.log_fault = status
 
         self.call(set_fault())
+
+    def publish_log(self, namespace: str, pod: str, log: Path) -> None:
+        """Serve this file as the pod's log (what a kubelet does for its containers)."""
+        async def register() -> None:
+            self.emulator.log_sources[(namespace, pod)] = lambda: log.read_text(
+                errors="replace")
+
+        self.call(register())
 
     def reads(self, resource: kmock.resource, name: str, subresource: str = "") -> int:
         """How many GETs of the object (or of its `subresource`, such as `log`) were

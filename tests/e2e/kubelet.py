@@ -6,8 +6,10 @@ this node (`pods/binding`), a bound pod's container is started in a sandbox (`po
 podIP and a ready container, then Succeeded or Failed with the exit code and, for
 `FallbackToLogsOnError`, the log tail as termination message. A pod marked for deletion gets
 SIGTERM, SIGKILL after its grace period (at most `MAX_GRACE_SECONDS` here), and is then
-deleted for good. The container's output is the pod's log, which the API serves from the
-source the kubelet registers with the emulator.
+deleted for good. The container's output is the pod's log: `publish_log` hands its file to
+whoever serves it (the emulator's pods/log, or the kubelet endpoint of `node_kubelet`).
+Lost connections to the API server (a restarted kube-apiserver) are retried: the watch lists
+again, and a status write is repeated until the server answers.
 
 Tests may crash a container (`kill`), read every log a pod name had (`logs`), and leave pods
 stuck terminating (`hold_deletions`: what a node whose kubelet is hung or cut off does, until
@@ -22,15 +24,15 @@ import contextlib
 import json
 import os
 import signal
+import ssl
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from e2e.kube_api import KubeEmulator
 from e2e.kube_objects import now
 from e2e.pod_sandbox import sandbox_command
 from e2e.pod_setup import ContainerConfigError, prepare
@@ -43,6 +45,8 @@ TERMINATION_MESSAGE_LINES = 80
 TERMINATION_MESSAGE_BYTES = 2048
 FIRST_ADDRESS = 10  # pods get 127.0.0.10, 127.0.0.11...
 JSON_PATCH = {"Content-Type": "application/json-patch+json"}
+# Hands the log file of a started container to what serves pods/log: (namespace, pod, file).
+LogPublisher = Callable[[str, str, Path], None]
 
 
 @dataclass
@@ -60,10 +64,12 @@ class Container:
 class Kubelet:
     """Runs the pods of `namespace` (see the module docstring)."""
 
-    def __init__(self, server: str, emulator: KubeEmulator, namespace: str, root: Path,
-                 node_env: Mapping[str, str], node_name: str = "node-0") -> None:
+    def __init__(self, server: str, namespace: str, root: Path, node_env: Mapping[str, str],
+                 node_name: str = "node-0", ssl_context: ssl.SSLContext | None = None,
+                 publish_log: LogPublisher | None = None) -> None:
         self.server = server.rstrip("/")
-        self.emulator = emulator
+        self.ssl_context = ssl_context  # the CA and client certificate of an https server
+        self.publish_log = publish_log
         self.namespace = namespace
         self.root = root
         self.node_env = dict(node_env)
@@ -135,24 +141,41 @@ class Kubelet:
 
     async def _run(self, listed: threading.Event) -> None:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CALL_TIMEOUT_SECONDS)
-        async with aiohttp.ClientSession(self.server, timeout=timeout) as self.http:
-            pods = f"/api/v1/namespaces/{self.namespace}/pods"
-            async with self.http.get(pods) as response:
-                found = await response.json()
-            for pod in found["items"]:
-                await self._on_event("ADDED", pod)
-            listed.set()
-            version = found["metadata"]["resourceVersion"]
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context or True)
+        async with aiohttp.ClientSession(self.server, timeout=timeout,
+                                         connector=connector) as self.http:
+            await self._register()
             while True:
-                version = await self._watch(pods, version)
+                try:
+                    await self._list_and_watch(listed)
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                    await asyncio.sleep(RETRY_SECONDS)  # the API server restarts: list again
+
+    async def _register(self) -> None:
+        """What a node does before it runs pods (nothing here; see `node_kubelet`)."""
+
+    async def _list_and_watch(self, listed: threading.Event) -> None:
+        pods = f"/api/v1/namespaces/{self.namespace}/pods"
+        async with self.http.get(pods) as response:
+            response.raise_for_status()
+            found = await response.json()
+        for pod in found["items"]:
+            await self._on_event("ADDED", pod)
+        listed.set()
+        version = found["metadata"]["resourceVersion"]
+        while True:
+            version = await self._watch(pods, version)
 
     async def _watch(self, pods: str, version: str) -> str:
         params = {"watch": "true", "resourceVersion": version,
                   "timeoutSeconds": str(WATCH_SECONDS)}
         async with self.http.get(pods, params=params) as response:
+            response.raise_for_status()
             async for line in response.content:
                 if line.strip():
                     event = json.loads(line)
+                    if event["type"] == "ERROR":  # e.g. 410 Gone: list again
+                        raise aiohttp.ClientPayloadError(str(event["object"]))
                     version = event["object"]["metadata"]["resourceVersion"]
                     await self._on_event(event["type"], event["object"])
         return version
@@ -173,7 +196,11 @@ class Kubelet:
         elif pod["spec"]["nodeName"] == self.node_name and uid not in self._handled and \
                 pod.get("status", {}).get("phase", "Pending") == "Pending":
             self._handled.add(uid)
-            await self._start(pod)
+            try:
+                await self._start(pod)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                self._handled.discard(uid)  # the API server went away: start it once back
+                raise
 
     # --- the pod lifecycle --------------------------------------------------------------------
 
@@ -181,8 +208,7 @@ class Kubelet:
         binding = {"apiVersion": "v1", "kind": "Binding",
                    "metadata": {"name": pod["metadata"]["name"]},
                    "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}}
-        async with self.http.post(self._pod_path(pod) + "/binding", json=binding):
-            pass
+        await self._call("POST", self._pod_path(pod) + "/binding", json=binding)
 
     async def _start(self, pod: dict[str, Any]) -> None:
         name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
@@ -204,8 +230,8 @@ class Kubelet:
                 stderr=subprocess.STDOUT, start_new_session=True,
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         self._logs.setdefault(name, []).append(log)
-        self.emulator.log_sources[(self.namespace, name)] = lambda: log.read_text(
-            errors="replace")
+        if self.publish_log is not None:
+            self.publish_log(self.namespace, name, log)
         container = Container(name, uid, process, log, now())
         self._containers[uid] = container
         await self._write_status(pod, _running(pod, ip, container.started_at))
@@ -236,8 +262,7 @@ class Kubelet:
                     MAX_GRACE_SECONDS)
         await self._stop(pod["metadata"]["uid"], grace)
         options = {"gracePeriodSeconds": 0, "preconditions": {"uid": pod["metadata"]["uid"]}}
-        async with self.http.delete(self._pod_path(pod), json=options):
-            pass
+        await self._call("DELETE", self._pod_path(pod), json=options)
 
     async def _stop(self, uid: str, grace: float) -> None:
         container = self._containers.get(uid)
@@ -275,6 +300,18 @@ class Kubelet:
 
     # --- API ----------------------------------------------------------------------------------
 
+    async def _call(self, method: str, path: str, **options: Any) -> int:
+        """A write, repeated while the API server cannot be reached or is not ready (5xx);
+        its status once it answered (a 404 or 409 is the answer: nothing to redo)."""
+        while True:
+            try:
+                async with self.http.request(method, path, **options) as response:
+                    if response.status < 500:
+                        return response.status
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                pass
+            await asyncio.sleep(RETRY_SECONDS)
+
     async def _read(self, path: str) -> dict[str, Any] | None:
         async with self.http.get(path) as response:
             if response.status == 404:
@@ -286,9 +323,9 @@ class Kubelet:
         """Replace the status of this incarnation of the pod (not of a successor)."""
         patch = [{"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
                  {"op": "add", "path": "/status", "value": status}]
-        async with self.http.patch(self._pod_path(pod) + "/status", data=json.dumps(patch),
-                                   headers=JSON_PATCH):
-            pass  # 404 or 422: the pod is gone or replaced, and its status with it
+        # 404 or 422: the pod is gone or replaced, and its status with it
+        await self._call("PATCH", self._pod_path(pod) + "/status", data=json.dumps(patch),
+                         headers=JSON_PATCH)
 
     def _pod_path(self, pod: dict[str, Any]) -> str:
         return f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}"

@@ -2,6 +2,11 @@
 kube-controller-manager (v1.20.2, the envtest set), set up as a cluster sets them up, minus the
 nodes: TLS with a test CA, client-certificate and static-token authentication, RBAC,
 service-account tokens signed by the API server, garbage collection by owner references.
+kube-apiserver reaches kubelets (`pods/log`) with a client certificate and checks theirs against
+the test CA, and writes an audit log (`audit.log`: every write of a Pod or an EmbeddingJob with
+the object it answered, and every read of one, as JSON lines) that tests read to see what
+happened through the API (`real_api`). `restart_api_server` kills it (SIGKILL) and starts it
+again on the same port, as a crashed control plane node comes back.
 
 The binaries come from `KUBEBUILDER_ASSETS` (a folder holding the three), else from the cache
 that `tests/e2e/k8s_binaries.sh` fills; if they are missing, the tests that need them fail
@@ -35,6 +40,18 @@ START_SECONDS = 90.0
 STOP_SECONDS = 10.0
 ADMIN = "tessera-test-admin"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+# Writes of pods and jobs with their answer, reads of them (and of pods/log) by name only.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "RequestResponse", "verbs": ["create", "update", "patch", "delete"],
+         "resources": [{"group": "", "resources": ["pods", "pods/status"]},
+                       {"group": "tessera.dev",
+                        "resources": ["embeddingjobs", "embeddingjobs/status"]}]},
+        {"level": "Metadata", "verbs": ["get"],
+         "resources": [{"group": "", "resources": ["pods", "pods/log"]},
+                       {"group": "tessera.dev", "resources": ["embeddingjobs"]}]},
+        {"level": "None"}]}
 
 
 class MissingBinaries(Exception):
@@ -74,6 +91,11 @@ class ControlPlane:
     url: str = ""
     tokens: dict[str, str] = field(default_factory=dict)  # user -> static bearer token
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.folder / "audit.log"
 
     @cached_property
     def admin(self) -> KeyPair:
@@ -89,6 +111,8 @@ class ControlPlane:
         self.tokens = {user: os.urandom(16).hex() for user in static_token_users}
         token_file.write_text("".join(f"{token},{user},{user}\n"
                                       for user, token in self.tokens.items()))
+        audit_policy = self.folder / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         peer_url = f"http://127.0.0.1:{etcd_peer_port}"
         self._run("etcd", [
@@ -110,7 +134,11 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--endpoint-reconciler-type=none", "--allow-privileged=true", "--profiling=false",
             f"--kubelet-client-certificate={self.admin.certificate}",
-            f"--kubelet-client-key={self.admin.key}"])
+            f"--kubelet-client-key={self.admin.key}",
+            f"--kubelet-certificate-authority={self.pki.ca.certificate}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--audit-policy-file={audit_policy}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-mode=blocking"])
         self._wait_until_ready()
         admin_kubeconfig = self.write_kubeconfig(self.folder / "admin.kubeconfig", self.admin)
         self._run("kube-controller-manager", [
@@ -123,7 +151,17 @@ class ControlPlane:
         self._wait_for("the default service account", lambda: self.client("default").get(
             "v1", "ServiceAccount", "default"))
 
+    def restart_api_server(self, down_seconds: float) -> None:
+        """SIGKILL kube-apiserver, leave it down for `down_seconds`, start it again."""
+        server = self.processes["kube-apiserver"]
+        server.kill()
+        server.wait(STOP_SECONDS)
+        time.sleep(down_seconds)
+        self._run("kube-apiserver", self.commands["kube-apiserver"])
+        self._wait_until_ready()
+
     def _run(self, name: str, command: list[str]) -> None:
+        self.commands[name] = command
         with open(self.folder / f"{name}.log", "ab") as log:
             self.processes[name] = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -98,5 +98,7 @@ def test_a_pod_stuck_terminating_shows_the_restart_never_pending(cluster: Cluste
                                       "Succeeded"]
     assert finished["status"]["restarts"] == 1
     first, second = cluster.kubelet.logs(TRAINER)
-    before = committed_versions(first)
-    assert before and committed_versions(second) == list(range(before[-1] + 1, 6))
+    before, after = committed_versions(first), committed_versions(second)
+    # Paused between a commit and its announcement, the first run logged one version less.
+    assert before and after and after[0] - before[-1] in (1, 2)
+    assert after == list(range(after[0], 6))

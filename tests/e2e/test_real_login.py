@@ -13,7 +13,6 @@ the job's status. There is no kubelet: the pod stays Pending, and so does the jo
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 from collections.abc import Iterator
@@ -22,9 +21,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import helm_python as helm
 import pytest
 import yaml
+from e2e.chart import chart_objects as objects_of_chart
+from e2e.chart import operator_user
 from e2e.cluster import REPO, OperatorProcess
 from e2e.kube_client import ApiError, KubeClient, eventually
 from e2e.pod_sandbox import Mount, Sandbox, sandbox_command
@@ -34,7 +34,6 @@ from tessera_operator.connection import SERVICE_ACCOUNT
 
 pytestmark = [pytest.mark.real_cluster, pytest.mark.slow]
 
-CHART = REPO / "helm" / "tessera"
 JOB = "livejournal"
 WAIT_SECONDS = 60.0
 
@@ -58,16 +57,8 @@ CASES = [Case("cert-data", cluster_wide=False), Case("cert-files", True),
          Case("in-cluster", True)]
 
 
-@functools.cache
 def chart_objects(case: Case) -> list[dict[str, Any]]:
-    """The chart's objects for the case (CRDs and the operator's Deployment left out)."""
-    values = None if case.cluster_wide else {"rbac": {"namespaces": [case.namespace]}}
-    with helm.Chart.load(CHART) as chart:
-        rendered = chart.render(values=values, name=case.release, namespace=case.namespace,
-                                is_install=True)
-    return [document for name, text in sorted(rendered.items()) if name.endswith(".yaml")
-            for document in yaml.safe_load_all(text)
-            if document and document["kind"] != "Deployment"]
+    return objects_of_chart(case.namespace, case.release, case.cluster_wide)
 
 
 def service_account(case: Case) -> str:
@@ -77,7 +68,7 @@ def service_account(case: Case) -> str:
 
 def user_name(case: Case) -> str:
     """The name a service account authenticates as, which RBAC bindings to it match."""
-    return f"system:serviceaccount:{case.namespace}:{service_account(case)}"
+    return operator_user(case.namespace, case.release, case.cluster_wide)
 
 
 @pytest.fixture(scope="module")
