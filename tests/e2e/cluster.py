@@ -26,7 +26,7 @@ from e2e.kube_client import KubeClient, eventually
 from e2e.kubelet import Kubelet
 from e2e.real_cluster import ControlPlane
 from support.planted import PlantedGraph
-from support.prometheus import free_port
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "ml"

@@ -27,7 +27,7 @@ from aiohttp import web
 from e2e.kube_objects import now
 from e2e.kubelet import CALL_TIMEOUT_SECONDS, Kubelet
 from e2e.pki import KeyPair
-from e2e.real_cluster import free_port
+from support.ports import free_port
 
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
 NODE_ADDRESS = "127.0.0.1"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -32,6 +31,7 @@ from typing import Any
 import yaml
 from e2e.kube_client import KubeClient
 from e2e.pki import KeyPair, Pki
+from support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tests" / "e2e" / "k8s_binaries.sh"
@@ -74,12 +74,6 @@ def binaries_folder() -> Path:
             "(Debian 12, about 12 minutes once), or set KUBEBUILDER_ASSETS to a folder with "
             f"{', '.join(BINARIES)}; deselect these tests with -m 'not real_cluster'")
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def scrape(url: str, timeout: float = 5.0) -> Samples | None:

@@ -10,11 +10,9 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import os
-import random
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from support.ports import ephemeral_ports_start, free_port, port_is_free
 
 S3_ACCESS_KEY = "tessera-test"
 S3_BUCKET = "tessera-test"
@@ -64,38 +64,17 @@ def _weed_binary() -> str:
     return found
 
 
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ephemeral_ports_start() -> int:
-    """The first port the kernel hands out to outgoing connections."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as file:
-            return int(file.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768  # Linux's default
 
 
 def _free_port_pairs(count: int) -> list[int]:
-    """Ports P such that P and P + 10000 are both free (so two sessions never collide).
-
-    Both lie below the ephemeral range: a client dialling a server that is down (stopped by
-    a fault test) could otherwise be given the server's own port and connect to itself,
-    reading its own request back as the answer.
-    """
+    """Ports P such that P and P + 10000 are both free and below the ephemeral range (see
+    support.ports)."""
     chosen: list[int] = []
-    rng = random.Random()
     while len(chosen) < count:
-        port = rng.randrange(1_024, _ephemeral_ports_start() - GRPC_PORT_OFFSET)
+        port = free_port(below=ephemeral_ports_start() - GRPC_PORT_OFFSET)
         taken = {p + offset for p in chosen for offset in (0, GRPC_PORT_OFFSET)}
-        if {port, port + GRPC_PORT_OFFSET}.isdisjoint(taken) and _port_is_free(port) \
-                and _port_is_free(port + GRPC_PORT_OFFSET):
+        if {port, port + GRPC_PORT_OFFSET}.isdisjoint(taken) and \
+                port_is_free(port + GRPC_PORT_OFFSET):
             chosen.append(port)
     return chosen
 

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from support.planted import write_planted_graph
-from support.prometheus import Samples, free_port, scrape, value
+from support.ports import free_port
+from support.prometheus import Samples, scrape, value
 
 SCRAPE_SECONDS = 120.0
 
