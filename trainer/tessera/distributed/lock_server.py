@@ -30,7 +30,7 @@ from ..training.coordinator import (
     should_stop,
 )
 from ..training.schedule import TrainingSchedule
-from ..vocabulary import Bucket, ChunkPosition, PartitionKey
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey, Role
 from .bucket_locks import BucketLocks
 from .liveness import Liveness
 from .lock_client import LOCKS_SERVICE
@@ -38,7 +38,7 @@ from .parameter_server import ParameterServer
 from .remote import serve
 from .rendezvous import join_world, leave_world
 from .settings import DistributedSettings
-from .world import Role, WorldLayout
+from .world import WorldLayout
 
 
 @dataclass(eq=False)  # a live object with state: compared by identity
