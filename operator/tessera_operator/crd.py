@@ -3,7 +3,8 @@
 `spec.config` is derived from the trainer's own config schema (`tessera.config`), converted to
 a structural Kubernetes schema, so the CRD can never disagree with what `tessera train`
 accepts. The rest of the spec (image, roles, scheduling, storage, run policy) and the status
-are described here, once. `python -m tessera_operator.crd` prints the CRD as YAML; the
+are described here, once, their scalar fields' types, defaults and bounds in `spec_fields`
+(from which `spec.py` checks them too). `python -m tessera_operator.crd` prints the CRD as YAML; the
 committed `crds/embeddingjob.yaml` is that output, and a test keeps it so.
 
 Unknown fields are rejected the Kubernetes way: a structural schema prunes them, and
@@ -21,6 +22,8 @@ from typing import Any
 import yaml
 
 from tessera.config import config_json_schema
+
+from . import spec_fields
 
 GROUP = "tessera.dev"
 VERSION = "v1alpha1"
@@ -254,19 +257,16 @@ def _role(role: str, replicas: Schema | None) -> Schema:
 def spec_schema() -> Schema:
     """What the user writes: the config, the image, the roles, scheduling, storage, policy."""
     secret_ref = _object("A Secret in the job's namespace.", {
-        "name": _string("Name of the Secret.", min_length=1)}, required=["name"])
+        "name": spec_fields.SECRET_NAME.schema()}, required=["name"])
     return _object("The training job: what to train and how to run it.", {
-        "image": _string("Trainer image (the Dockerfile's `trainer` target).", min_length=1),
-        "imagePullPolicy": _string("When the kubelet pulls the image.",
-                                   ["Always", "IfNotPresent", "Never"]),
+        "image": spec_fields.IMAGE.schema(),
+        "imagePullPolicy": spec_fields.IMAGE_PULL_POLICY.schema(),
         "imagePullSecrets": _array("Secrets for pulling the image from a private registry.",
                                    secret_ref),
         "config": config_schema(),
-        "trainers": _role("trainer", _integer(
-            "Number of trainer pods (config num_machines). Default: 1.", minimum=1)),
-        "partitionServers": _role("partition server", _integer(
-            "Number of partition server pods (config num_partition_servers); 0 runs none. "
-            "Default: 0.", minimum=0)),
+        "trainers": _role("trainer", spec_fields.TRAINER_REPLICAS.schema()),
+        "partitionServers": _role("partition server",
+                                  spec_fields.PARTITION_SERVER_REPLICAS.schema()),
         "lockServer": _role("lock server", None),
         "nodeSelector": _string_map("Node labels every pod of the job requires."),
         "tolerations": _array("Taints every pod of the job tolerates.", toleration_schema()),
@@ -280,15 +280,7 @@ def spec_schema() -> Schema:
                                 "http://minio.storage:9000); empty means AWS.", min_length=1),
         }),
         "runPolicy": _object("How failures, deadlines and finished jobs are handled.", {
-            "backoffLimit": _integer("Restarts of the job's pods after a failure before the "
-                                     "job fails. Default: 3.", minimum=0),
-            "activeDeadlineSeconds": _integer("Seconds a run may take before it fails. "
-                                              "Default: no limit.", minimum=1),
-            "ttlSecondsAfterFinished": _integer("Seconds after success or failure at which the "
-                                                "job is deleted. Default: kept.", minimum=0),
-            "suspend": {"type": "boolean", "description": "Stop the pods; setting it back to "
-                        "false resumes from the last checkpoint. Default: false."},
-        }),
+            name: field.schema() for name, field in spec_fields.RUN_POLICY.items()}),
     }, required=["image", "config"])
 
 

@@ -39,16 +39,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
+from tessera.errors import EXIT_BAD_INPUT
+from tessera.vocabulary import Role
+
 from . import conditions as cond
 from .job import JobView
-from .labels import Role, expected_pods, pod_name
+from .labels import expected_pods, pod_name
 from .pods import FAILED, PENDING, SUCCEEDED, ObservedPod
 from .progress import TrainingProgress
 from .redaction import redact
 from .run_config import RunPlan, first_plan, restarted_plan, retraining_plan
 from .spec import EmbeddingJobSpec
 
-EXIT_BAD_INPUT = 65  # tessera.errors.EXIT_BAD_INPUT: retrying cannot help
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 360.0
 STALE_POD_POLL_SECONDS = 5.0

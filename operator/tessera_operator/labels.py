@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
 
 from tessera.errors import ConfigError
+from tessera.vocabulary import Role, process_name
 
 from .crd import KIND
 from .spec import API_VERSION, EmbeddingJobSpec
@@ -33,14 +33,6 @@ MANAGER = "tessera-operator"
 # characters); 40 leaves room for five-digit ranks.
 MAX_JOB_NAME_LENGTH = 40
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-
-
-class Role(str, Enum):
-    """What a pod does; the value is its `tessera.dev/role` label and part of its name."""
-
-    TRAINER = "trainer"
-    LOCK_SERVER = "lock-server"
-    PARTITION_SERVER = "partition-server"
 
 
 @dataclass(frozen=True)
@@ -63,7 +55,7 @@ def check_job_name(name: str) -> None:
 # --- names ------------------------------------------------------------------------------------
 
 def pod_name(job: str, role: Role, rank: int = 0) -> str:
-    return f"{job}-{role.value}" if role is Role.LOCK_SERVER else f"{job}-{role.value}-{rank}"
+    return f"{job}-{process_name(role, rank)}"
 
 
 def config_map_name(job: str) -> str:

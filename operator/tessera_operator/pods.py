@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tessera.log_records import EVENT, parse_record
+
 from .labels import LABEL_ROLE, LABEL_RUN, Role
-from .progress import json_record
 from .redaction import redact
 
 MAX_MESSAGE_LENGTH = 512
@@ -89,11 +90,11 @@ def failure_line(text: str) -> str:
     """The line of a termination message that says why: the last plain (non-JSON) line, or
     the last JSON record's event when the tail holds nothing else."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    plain = [line for line in lines if json_record(line) is None]
+    plain = [line for line in lines if parse_record(line) is None]
     if plain:
         return plain[-1]
-    events = [str(record["event"]) for record in map(json_record, lines)
-              if record is not None and "event" in record]
+    events = [str(record[EVENT]) for record in map(parse_record, lines)
+              if record is not None and EVENT in record]
     return events[-1] if events else ""
 
 

@@ -2,10 +2,9 @@
 
 Design: the numbers in a job's status (epoch, edges/s, loss, MRR, checkpoint version) come
 from the trainer's own log, which `tessera train --log-format json` writes as one JSON object
-per line on stderr: `{"progress": "train", "done", "total", "rate", "eta_s", "epoch": "3/50",
-"loss", "mrr", "time"}` at most every few seconds, and events such as `{"event": "checkpoint
-committed", "checkpoint_version", "epoch", "chunks_done", "chunks_total"}` after every commit
-and `{"event": "training finished", "checkpoint_version", "edges_per_s"}`. The operator reads
+per line on stderr: progress records at most every few seconds, a `checkpoint committed`
+event after every commit and a `training finished` one at the end (`tessera.log_records`
+defines them, for the trainer that writes them and for this reader). The operator reads
 the tail of the first trainer's log through the API (`pods/log`) and folds its records here,
 later records overriding earlier ones. The alternatives were worse: reading
 `checkpoint_version.txt` and `training_stats.json` from object storage would give the operator
@@ -24,13 +23,34 @@ the status from being written.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TRAIN_TASK = "train"
-FINISHED_EVENT = "training finished"
+from tessera.log_records import (
+    BUCKETS_DONE,
+    BUCKETS_TOTAL,
+    CHECKPOINT_VERSION,
+    CHUNKS_DONE,
+    CHUNKS_TOTAL,
+    DONE,
+    EDGES_PER_SECOND,
+    EPOCH,
+    ETA_SECONDS,
+    EVAL_PREFIX,
+    EVENT,
+    LOSS,
+    PROGRESS,
+    RATE,
+    TIME,
+    TOTAL,
+    TRAIN_TASK,
+    TRAINING_FINISHED,
+    is_number,
+    parse_epoch,
+    parse_record,
+)
+
 # The trainer's metric names and the status's (camelCase, as Kubernetes fields are).
 METRIC_NAMES = {"mrr": "mrr", "hits@1": "hitsAt1", "hits@10": "hitsAt10",
                 "hits@50": "hitsAt50", "mean_rank": "meanRank", "auc": "auc"}
@@ -105,23 +125,11 @@ def log_read_failure(status: int | None, error: str) -> str:
     return f"pod log read failed ({error})"
 
 
-def json_record(line: str) -> dict[str, Any] | None:
-    """The JSON object a log line holds, or None for any other line."""
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def parse_progress(lines: Iterable[str]) -> TrainingProgress:
     """Fold a log (or its tail) into the latest progress it shows."""
     progress = TrainingProgress()
     for line in lines:
-        record = json_record(line)
+        record = parse_record(line)
         if record is not None:
             progress = fold_record(progress, record)
     return progress
@@ -129,25 +137,25 @@ def parse_progress(lines: Iterable[str]) -> TrainingProgress:
 
 def fold_record(progress: TrainingProgress, record: Mapping[str, Any]) -> TrainingProgress:
     """`progress` updated with what one record says."""
-    task = record.get("progress")
+    task = record.get(PROGRESS)
     if task is not None and task != TRAIN_TASK:
         return progress  # another command's progress (an import run in the same pod)
     changes: dict[str, Any] = {}
     if task == TRAIN_TASK:
-        changes.update(_numbers(record, edges_done="done", edges_total="total",
-                                edges_per_second="rate"))
-    changes.update(_numbers(record, edges_per_second="edges_per_s", loss="loss", time="time"))
-    changes.update(_integers(record, checkpoint_version="checkpoint_version",
-                             buckets_done="buckets_done", buckets_total="buckets_total",
-                             chunks_done="chunks_done", chunks_total="chunks_total"))
-    changes.update(_epoch(record.get("epoch")))
+        changes.update(_numbers(record, edges_done=DONE, edges_total=TOTAL,
+                                edges_per_second=RATE))
+    changes.update(_numbers(record, edges_per_second=EDGES_PER_SECOND, loss=LOSS, time=TIME))
+    changes.update(_integers(record, checkpoint_version=CHECKPOINT_VERSION,
+                             buckets_done=BUCKETS_DONE, buckets_total=BUCKETS_TOTAL,
+                             chunks_done=CHUNKS_DONE, chunks_total=CHUNKS_TOTAL))
+    changes.update(_epoch(record.get(EPOCH)))
     changes.update(_completion(progress, record, task == TRAIN_TASK, changes))
     changes.update(_loss_of_bucket(record))
     metrics = {**progress.metrics, **_metrics(record),
                **_metrics(record.get("eval_stats_after") or {}), **_metrics(_eval_fields(record))}
     if metrics != progress.metrics:
         changes["metrics"] = metrics
-    if record.get("event") == FINISHED_EVENT:
+    if record.get(EVENT) == TRAINING_FINISHED:
         changes["finished"] = True
     return dataclasses.replace(progress, **changes)
 
@@ -160,8 +168,8 @@ def _completion(progress: TrainingProgress, record: Mapping[str, Any], is_progre
     moment = changes.get("time")
     if moment is None:
         return {}
-    if is_progress and _is_number(record.get("eta_s")):
-        return {"estimated_completion": moment + float(record["eta_s"])}
+    if is_progress and is_number(record.get(ETA_SECONDS)):
+        return {"estimated_completion": moment + float(record[ETA_SECONDS])}
     done, total = changes.get("chunks_done"), changes.get("chunks_total")
     if done is None or not total:
         return {}
@@ -174,26 +182,20 @@ def _completion(progress: TrainingProgress, record: Mapping[str, Any], is_progre
 
 def _numbers(record: Mapping[str, Any], **names: str) -> dict[str, float]:
     return {attribute: float(record[key]) for attribute, key in names.items()
-            if _is_number(record.get(key))}
+            if is_number(record.get(key))}
 
 
 def _integers(record: Mapping[str, Any], **names: str) -> dict[str, int]:
     return {attribute: int(record[key]) for attribute, key in names.items()
-            if _is_number(record.get(key)) and float(record[key]).is_integer()}
+            if is_number(record.get(key)) and float(record[key]).is_integer()}
 
 
 def _epoch(value: Any) -> dict[str, int]:
-    """`"3/50"` (what the trainer prints) or a plain epoch number."""
-    if _is_number(value):
-        return {"epoch": int(value)}
-    if isinstance(value, str):
-        epoch, _, total = value.partition("/")
-        if epoch.strip().isdigit():
-            parsed = {"epoch": int(epoch)}
-            if total.strip().isdigit():
-                parsed["num_epochs"] = int(total)
-            return parsed
-    return {}
+    epoch, num_epochs = parse_epoch(value)
+    parsed = {} if epoch is None else {"epoch": epoch}
+    if epoch is not None and num_epochs is not None:
+        parsed["num_epochs"] = num_epochs
+    return parsed
 
 
 def _loss_of_bucket(record: Mapping[str, Any]) -> dict[str, float]:
@@ -201,22 +203,17 @@ def _loss_of_bucket(record: Mapping[str, Any]) -> dict[str, float]:
     stats = record.get("stats")
     metrics = stats.get("metrics") if isinstance(stats, Mapping) else None
     loss: Any = metrics.get("loss") if isinstance(metrics, Mapping) else None
-    return {"loss": float(loss)} if _is_number(loss) else {}
+    return {"loss": float(loss)} if is_number(loss) else {}
 
 
 def _eval_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     """A run's summary names its last evaluation's metrics `eval_mrr`, `eval_hits@10`..."""
-    return {key.removeprefix("eval_"): value for key, value in record.items()
-            if key.startswith("eval_")}
+    return {key.removeprefix(EVAL_PREFIX): value for key, value in record.items()
+            if key.startswith(EVAL_PREFIX)}
 
 
 def _metrics(values: Any) -> dict[str, float]:
     if not isinstance(values, Mapping):
         return {}
     return {name: float(values[key]) for key, name in METRIC_NAMES.items()
-            if _is_number(values.get(key))}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and value == value and abs(value) != float("inf")
+            if is_number(values.get(key))}

@@ -4,7 +4,9 @@ Field names are the CRD's (`spec.image`, `spec.trainers.replicas`...), and every
 `ConfigError` whose path starts with `spec.`, so the message a user sees in `kubectl describe`
 names the field to fix. The trainer config under `spec.config` is checked by the trainer's own
 validator (`tessera.config.parse_config`): the operator and `tessera train` accept exactly the
-same configs. The CRD's OpenAPI schema rejects most mistakes at `kubectl apply` time already;
+same configs; the scalar fields are checked and defaulted from their declarations in
+`spec_fields`, which the CRD's schema is made from too. The CRD's OpenAPI schema rejects most
+mistakes at `kubectl apply` time already;
 this module is the second line, and the only one for rules a schema cannot say (entity types
 that a relation names, replica counts that the config must agree with, credentials that must
 not be written in the job).
@@ -28,14 +30,22 @@ from tessera.errors import ConfigError
 
 from .crd import GROUP, VERSION
 from .redaction import has_credentials_in_url
+from .spec_fields import (
+    IMAGE,
+    IMAGE_PULL_POLICY,
+    PARTITION_SERVER_REPLICAS,
+    RUN_POLICY,
+    SECRET_NAME,
+    TRAINER_REPLICAS,
+    Field,
+)
 
 API_VERSION = f"{GROUP}/{VERSION}"
 
 SPEC_FIELDS = ("image", "imagePullPolicy", "imagePullSecrets", "config", "trainers",
                "partitionServers", "lockServer", "nodeSelector", "tolerations", "affinity",
                "storage", "runPolicy")
-PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-DEFAULT_BACKOFF_LIMIT = 3
+DEFAULT_BACKOFF_LIMIT: int = RUN_POLICY["backoffLimit"].default
 
 # Config keys that the operator sets from the rest of the spec; a config may repeat them only
 # with the value the operator would write.
@@ -127,15 +137,15 @@ def parse_spec(raw: Any) -> EmbeddingJobSpec:
     """Check an EmbeddingJob's `spec` mapping; raise ConfigError naming `spec.<field>`."""
     spec = _mapping(raw, "spec")
     _check_keys(spec, SPEC_FIELDS, "spec")
-    trainers = _role(spec, "trainers", default_replicas=1, minimum=1)
-    partition_servers = _role(spec, "partitionServers", default_replicas=0, minimum=0)
+    trainers = _role(spec, "trainers", TRAINER_REPLICAS)
+    partition_servers = _role(spec, "partitionServers", PARTITION_SERVER_REPLICAS)
     return EmbeddingJobSpec(
-        image=_required_string(spec, "image", "spec"),
+        image=IMAGE.parse(spec, "image", "spec"),
         config=_training_config(spec.get("config"), trainers, partition_servers),
         trainers=trainers,
         partition_servers=partition_servers,
-        lock_server=_role(spec, "lockServer", default_replicas=None, minimum=1),
-        image_pull_policy=_pull_policy(spec.get("imagePullPolicy")),
+        lock_server=_role(spec, "lockServer", None),
+        image_pull_policy=IMAGE_PULL_POLICY.parse(spec, "imagePullPolicy", "spec"),
         image_pull_secrets=_pull_secrets(spec.get("imagePullSecrets", [])),
         node_selector=_node_selector(spec.get("nodeSelector", {})),
         tolerations=_tolerations(spec.get("tolerations", [])),
@@ -199,14 +209,13 @@ def _walk(value: Any, path: str) -> Iterable[tuple[str, str, Any]]:
 
 # --- roles, scheduling, storage, policy -------------------------------------------------------
 
-def _role(spec: Mapping[str, Any], name: str, *, default_replicas: int | None,
-          minimum: int) -> RoleSpec:
+def _role(spec: Mapping[str, Any], name: str, replicas_field: Field | None) -> RoleSpec:
+    """A role's pods; `replicas_field` None: always one pod (the lock server)."""
     path = f"spec.{name}"
     raw = _mapping(spec.get(name, {}), path)
-    allowed = ("resources",) if default_replicas is None else ("replicas", "resources")
+    allowed = ("resources",) if replicas_field is None else ("replicas", "resources")
     _check_keys(raw, allowed, path)
-    replicas = 1 if default_replicas is None else _integer(
-        raw.get("replicas", default_replicas), f"{path}.replicas", minimum=minimum)
+    replicas = 1 if replicas_field is None else replicas_field.parse(raw, "replicas", path)
     return RoleSpec(replicas, _resources(raw.get("resources", {}), f"{path}.resources"))
 
 
@@ -219,13 +228,6 @@ def _resources(raw: Any, path: str) -> dict[str, Any]:
                 raise ConfigError(f"{path}.{kind}.{resource}", f"{quantity!r} is not a "
                                   "Kubernetes quantity (e.g. 2, 500m, 4Gi)")
     return dict(resources)
-
-
-def _pull_policy(raw: Any) -> str | None:
-    if raw is not None and raw not in PULL_POLICIES:
-        raise ConfigError("spec.imagePullPolicy", f"{raw!r} is not one of "
-                          f"{', '.join(PULL_POLICIES)}" + did_you_mean(str(raw), PULL_POLICIES))
-    return raw
 
 
 def _pull_secrets(raw: Any) -> tuple[str, ...]:
@@ -278,7 +280,7 @@ def _storage(raw: Any) -> StorageSpec:
 def _secret_name(raw: Any, path: str) -> str:
     reference = _mapping(raw, path)
     _check_keys(reference, ("name",), path)
-    name = _required_string(reference, "name", path)
+    name = SECRET_NAME.parse(reference, "name", path)
     if not _DNS_SUBDOMAIN.match(name):
         raise ConfigError(f"{path}.name", f"{name!r} is not a valid Secret name")
     return name
@@ -287,21 +289,13 @@ def _secret_name(raw: Any, path: str) -> str:
 def _run_policy(raw: Any) -> RunPolicy:
     path = "spec.runPolicy"
     policy = _mapping(raw, path)
-    _check_keys(policy, ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-                         "suspend"), path)
-    suspend = policy.get("suspend", False)
-    if not isinstance(suspend, bool):
-        raise ConfigError(f"{path}.suspend", f"expected true or false, got {suspend!r}")
-    deadline = policy.get("activeDeadlineSeconds")
-    ttl = policy.get("ttlSecondsAfterFinished")
+    _check_keys(policy, tuple(RUN_POLICY), path)
+    values = {name: field.parse(policy, name, path) for name, field in RUN_POLICY.items()}
     return RunPolicy(
-        backoff_limit=_integer(policy.get("backoffLimit", DEFAULT_BACKOFF_LIMIT),
-                               f"{path}.backoffLimit", minimum=0),
-        active_deadline_seconds=None if deadline is None else _integer(
-            deadline, f"{path}.activeDeadlineSeconds", minimum=1),
-        ttl_seconds_after_finished=None if ttl is None else _integer(
-            ttl, f"{path}.ttlSecondsAfterFinished", minimum=0),
-        suspend=suspend)
+        backoff_limit=values["backoffLimit"],
+        active_deadline_seconds=values["activeDeadlineSeconds"],
+        ttl_seconds_after_finished=values["ttlSecondsAfterFinished"],
+        suspend=values["suspend"])
 
 
 # --- small checks, each naming its path ------------------------------------------------------
@@ -324,19 +318,3 @@ def _check_keys(raw: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> 
             raise ConfigError(f"{path}.{key}", "unknown field" + did_you_mean(str(key), allowed)
                               + f"; allowed: {', '.join(allowed)}")
 
-
-def _integer(raw: Any, path: str, *, minimum: int) -> int:
-    if isinstance(raw, bool) or not isinstance(raw, int):
-        raise ConfigError(path, f"expected an integer, got {raw!r}")
-    if raw < minimum:
-        raise ConfigError(path, f"must be at least {minimum}, got {raw}")
-    return raw
-
-
-def _required_string(raw: Mapping[str, Any], key: str, path: str) -> str:
-    value = raw.get(key)
-    if value is None:
-        raise ConfigError(f"{path}.{key}", "required field is missing")
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{path}.{key}", f"expected a non-empty string, got {value!r}")
-    return value

@@ -21,9 +21,10 @@ import yaml
 from operator_support import NAMESPACE, UID, example_jobs, job_object
 
 from tessera.config import parse_config
+from tessera.distributed.world import WorldLayout
 from tessera_operator.children import SECRET_KEYS, children, command
 from tessera_operator.job import view_job
-from tessera_operator.labels import JobRef, Role
+from tessera_operator.labels import JobRef, Role, expected_pods
 from tessera_operator.run_config import (
     CONFIG_PATH,
     RunPlan,
@@ -261,3 +262,13 @@ def test_run_plans() -> None:
     written = run_config(JobRef("demo", NAMESPACE, UID), view.spec, retrained)
     assert (written["checkpoint_path"], written["init_path"]) == (
         retrained.checkpoint_path, retrained.init_path)
+
+
+def test_pod_names_are_the_names_the_trainers_address_each_other_by() -> None:
+    # A pod's host name is how its peers reach it: `{job}-` and the trainer's process name.
+    spec = view_job(EXAMPLES["partitioned"]).spec
+    assert spec is not None
+    layout = WorldLayout(spec.partition_servers.replicas, spec.trainers.replicas)
+    for name, (role, rank) in expected_pods("freebase", spec).items():
+        assert name == "freebase-" + layout.name_of(layout.rank_of(role, rank))
+    assert layout.names(Role.PARTITION_SERVER) == ["partition-server-0", "partition-server-1"]

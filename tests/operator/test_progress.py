@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from support.planted import write_planted_graph
 
 import tessera.progress
+from tessera.log_records import parse_record
 from tessera.progress import Reporter
 from tessera_operator.progress import (
     TrainingProgress,
-    json_record,
     log_read_failure,
     parse_progress,
     run_fraction,
@@ -52,6 +56,31 @@ def test_a_finished_trainers_log(monkeypatch: pytest.MonkeyPatch) -> None:
     assert progress.metrics == {"mrr": 0.125}
 
 
+@pytest.mark.slow
+def test_what_a_real_training_run_prints_is_what_the_operator_reads(tmp_path: Path) -> None:
+    # The contract end to end: `tessera train --log-format json`, as a trainer pod runs it
+    # (2 epochs of one bucket, 2 edge chunks each: 4 checkpoints), folded by the operator.
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=2000)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(graph.config(num_epochs=2, num_edge_chunks=2)))
+    run = subprocess.run([sys.executable, "-m", "tessera", "train", str(config),
+                          "--log-format", "json"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.splitlines()
+    first = next(parse_record(line) for line in lines if '"progress"' in line)
+    started = parse_progress([json.dumps(first)])
+    assert (started.epoch, started.num_epochs, started.buckets_total) == (1, 2, 4)
+    assert started.edges_done and started.edges_total and started.loss is not None
+    assert started.estimated_completion is not None and not started.finished
+    progress = parse_progress(lines)
+    assert progress.finished and progress.fraction_done == 1.0
+    assert (progress.epoch, progress.num_epochs) == (2, 2)
+    assert (progress.checkpoint_version, progress.chunks_done, progress.chunks_total) == (4, 4, 4)
+    assert progress.edges_total == started.edges_total
+    assert progress.edges_per_second and progress.edges_per_second > 0
+    assert progress.loss is not None and progress.time is not None
+
+
 def test_later_records_override_earlier_ones_and_noise_is_skipped() -> None:
     lines = [
         '{"progress": "train", "done": 10, "total": 100, "rate": 5.0, "epoch": "1/4"}',
@@ -82,7 +111,7 @@ def test_later_records_override_earlier_ones_and_noise_is_skipped() -> None:
     ('{"a": ', None),
 ])
 def test_json_record(line: str, record: dict[str, int] | None) -> None:
-    assert json_record(line) == record
+    assert parse_record(line) == record
 
 
 def test_an_empty_log_says_nothing() -> None:

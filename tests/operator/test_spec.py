@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import copy
+import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from operator_support import CONFIG, example_jobs, job_object
 
 from tessera.errors import ConfigError
+from tessera_operator.crd import embedding_job_crd
 from tessera_operator.job import view_job
-from tessera_operator.spec import DEFAULT_BACKOFF_LIMIT, parse_spec
+from tessera_operator.spec import DEFAULT_BACKOFF_LIMIT, EmbeddingJobSpec, parse_spec
 
 
 def base_spec() -> dict[str, Any]:
@@ -201,3 +205,37 @@ def test_the_operator_never_imports_torch() -> None:
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True)
     assert found.stdout.strip() == "[]"
+
+
+CRD_SPEC = embedding_job_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"][
+    "properties"]["spec"]["properties"]
+# (spec path, what parse_spec makes of it) of the fields with a default the CRD states.
+DEFAULTED = [
+    ("trainers.replicas", lambda spec: spec.trainers.replicas),
+    ("partitionServers.replicas", lambda spec: spec.partition_servers.replicas),
+    ("runPolicy.backoffLimit", lambda spec: spec.run_policy.backoff_limit),
+    ("runPolicy.activeDeadlineSeconds", lambda spec: spec.run_policy.active_deadline_seconds),
+    ("runPolicy.ttlSecondsAfterFinished",
+     lambda spec: spec.run_policy.ttl_seconds_after_finished),
+    ("runPolicy.suspend", lambda spec: spec.run_policy.suspend),
+]
+
+
+@pytest.mark.parametrize(("path", "parsed"), DEFAULTED, ids=[p for p, _ in DEFAULTED])
+def test_the_crd_states_the_defaults_and_bounds_the_operator_applies(
+        path: str, parsed: Callable[[EmbeddingJobSpec], Any]) -> None:
+    parent, name = path.split(".")
+    schema = CRD_SPEC[parent]["properties"][name]
+    spec = base_spec()
+    spec.get(parent, {}).pop(name, None)
+    stated = re.search(r"Default: (.*)\.$", schema["description"])
+    assert stated, schema["description"]
+    default = parsed(parse_spec(spec))
+    if default is None:
+        assert stated.group(1) in ("no limit", "kept")  # what an absent field means
+    else:
+        assert stated.group(1) == json.dumps(default)
+    if "minimum" in schema:
+        with pytest.raises(ConfigError, match=f"must be at least {schema['minimum']}"):
+            parse_spec(changed(path, schema["minimum"] - 1))
+        assert parsed(parse_spec(changed(path, schema["minimum"]))) == schema["minimum"]

@@ -18,9 +18,26 @@ from prometheus_client import Counter, Histogram, start_http_server
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-TRAIN_TASK = "train"
-COMMIT_EVENT = "checkpoint committed"
-FINISHED_EVENT = "training finished"
+from .log_records import (
+    BUCKETS_DONE,
+    BUCKETS_TOTAL,
+    CHECKPOINT_COMMITTED,
+    CHECKPOINT_VERSION,
+    COMMIT_SECONDS,
+    DONE,
+    EDGES_PER_SECOND,
+    EPOCH,
+    EVAL_PREFIX,
+    EVENT,
+    LOSS,
+    MRR,
+    PROGRESS,
+    RATE,
+    TRAIN_TASK,
+    TRAINING_FINISHED,
+    is_number,
+    parse_epoch,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -32,7 +49,7 @@ STORAGE_WRITTEN_BYTES = Counter(
 EDGES_TRAINED = Counter(
     "tessera_train_edges", "Edges trained since this process started (the whole job's, as "
     "this trainer learns of them)")
-COMMIT_SECONDS = Histogram(
+COMMIT_SECONDS_HISTOGRAM = Histogram(
     "tessera_checkpoint_commit_seconds", "Time to write and commit a checkpoint version",
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
 
@@ -66,17 +83,17 @@ class TrainingMetrics(Collector):
 
     def record(self, record: Mapping[str, Any]) -> None:
         """Fold one progress record or event, as the Reporter would print it."""
-        task, event = record.get("progress"), record.get("event")
+        task, event = record.get(PROGRESS), record.get(EVENT)
         if task == TRAIN_TASK:
             self._progress(record)
-        elif event == COMMIT_EVENT:
-            self._set(record, checkpoint_version="checkpoint_version")
+        elif event == CHECKPOINT_COMMITTED:
+            self._set(record, checkpoint_version=CHECKPOINT_VERSION)
             self.values["committed_at"] = time.time()
-            if _is_number(record.get("commit_seconds")):
-                COMMIT_SECONDS.observe(float(record["commit_seconds"]))
-        elif event == FINISHED_EVENT:
-            self._set(record, checkpoint_version="checkpoint_version",
-                      edges_per_second="edges_per_s", mrr="eval_mrr")
+            if is_number(record.get(COMMIT_SECONDS)):
+                COMMIT_SECONDS_HISTOGRAM.observe(float(record[COMMIT_SECONDS]))
+        elif event == TRAINING_FINISHED:
+            self._set(record, checkpoint_version=CHECKPOINT_VERSION,
+                      edges_per_second=EDGES_PER_SECOND, mrr=EVAL_PREFIX + MRR)
 
     def collect(self) -> Iterator[Metric]:
         values = dict(self.values)  # a copy: the training thread may add one meanwhile
@@ -85,21 +102,21 @@ class TrainingMetrics(Collector):
                 yield GaugeMetricFamily(name, documentation, value=values[attribute])
 
     def _progress(self, record: Mapping[str, Any]) -> None:
-        if _is_number(record.get("done")):
-            done = float(record["done"])
+        if is_number(record.get(DONE)):
+            done = float(record[DONE])
             EDGES_TRAINED.inc(max(done - self._edges_done, 0.0))
             self._edges_done = max(done, self._edges_done)
-        self._set(record, edges_per_second="rate", loss="loss", mrr="mrr",
-                  buckets_done="buckets_done", buckets_scheduled="buckets_total")
-        epoch, _, num_epochs = str(record.get("epoch", "")).partition("/")
-        if epoch.isdigit():
+        self._set(record, edges_per_second=RATE, loss=LOSS, mrr=MRR,
+                  buckets_done=BUCKETS_DONE, buckets_scheduled=BUCKETS_TOTAL)
+        epoch, num_epochs = parse_epoch(record.get(EPOCH))
+        if epoch is not None:
             self.values["epoch"] = float(epoch)
-        if num_epochs.isdigit():
+        if num_epochs is not None:
             self.values["num_epochs"] = float(num_epochs)
 
     def _set(self, record: Mapping[str, Any], **keys: str) -> None:
         for attribute, key in keys.items():
-            if _is_number(record.get(key)):
+            if is_number(record.get(key)):
                 self.values[attribute] = float(record[key])
 
 
@@ -116,8 +133,3 @@ def serve(address: tuple[str, int]) -> TrainingMetrics | None:
     metrics = TrainingMetrics()
     REGISTRY.register(metrics)
     return metrics
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and value == value and abs(value) != float("inf")

@@ -8,13 +8,14 @@ advances once per bucket, so that costs nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, Literal
+
+from .log_records import event_record, json_line, progress_record
 
 Mode = Literal["auto", "human", "json", "quiet"]
 Listener = Callable[[dict[str, Any]], None]
@@ -36,22 +37,24 @@ class Reporter:
 
     def event(self, message: str, **fields: Any) -> None:
         """One line for something that happened (`imported 10 edges`)."""
-        self._notify({"event": message, **fields})
+        record = event_record(message, **fields)
+        self._notify(record)
         if self.mode == "quiet":
             return
         if self.mode == "json":
-            self._write_json({"event": message, **fields})
+            self._write_json(record)
         else:
             details = "  ".join(f"{k}={_human(v)}" for k, v in fields.items())
             self._write_line(f"{message}  {details}".rstrip())
 
     def summary(self, title: str, rows: dict[str, Any]) -> None:
         """A final summary: an aligned table on a terminal, one JSON record otherwise."""
-        self._notify({"event": title, **rows})
+        record = event_record(title, **rows)
+        self._notify(record)
         if self.mode == "quiet":
             return
         if self.mode == "json":
-            self._write_json({"event": title, **rows})
+            self._write_json(record)
             return
         width = max(map(len, rows), default=0)
         lines = [title] + [f"  {key:<{width}}  {_human(value)}" for key, value in rows.items()]
@@ -69,8 +72,7 @@ class Reporter:
             listener(record)
 
     def _write_json(self, record: dict[str, Any]) -> None:
-        record = {"time": round(time.time(), 3), **record}
-        self.stream.write(json.dumps(record, default=str) + "\n")
+        self.stream.write(json_line(record, time.time()) + "\n")
         self.stream.flush()
 
     def _write_line(self, line: str, *, transient: bool = False) -> None:
@@ -148,8 +150,8 @@ class Task:
             self._report()
 
     def _record(self) -> dict[str, Any]:
-        return {"progress": self.name, "done": self.done, "total": self.total,
-                "rate": round(self.rate, 1), "eta_s": _round(self.eta()), **self.fields}
+        return progress_record(self.name, self.done, self.total, round(self.rate, 1),
+                               _round(self.eta()), **self.fields)
 
     def _report(self) -> None:
         if self.reporter.mode == "json":

@@ -1,13 +1,31 @@
-"""The names every role of a run shares for where edges and embeddings are: partitions,
-buckets and chunks.
+"""The names every role of a run shares: the roles themselves, and where edges and
+embeddings are (partitions, buckets and chunks).
 
-The lock server, the trainers and the storage layer all speak of these, so they live here,
-free of torch, and a process that only hands out buckets does not load the training stack.
+The lock server, the trainers, the storage layer and the operator all speak of these, so they
+live here, free of torch, and a process that only hands out buckets (or only manages pods)
+does not load the training stack.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+
+
+class Role(str, Enum):
+    """What a process of a run does; the value names it (`trainer-0`), and the operator uses
+    it as its pod's `tessera.dev/role` label and in the pod's name."""
+
+    TRAINER = "trainer"
+    LOCK_SERVER = "lock-server"
+    PARTITION_SERVER = "partition-server"
+
+
+def process_name(role: Role, role_rank: int = 0) -> str:
+    """How the processes of a run name each other (`lock-server`, `trainer-0`); a pod's name
+    is its job's name, a dash and this."""
+    return role.value if role is Role.LOCK_SERVER else f"{role.value}-{role_rank}"
+
 
 PartitionKey = tuple[str, int]  # (entity type, partition)
 

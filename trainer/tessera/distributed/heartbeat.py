@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..errors import EXIT_TRANSIENT, TesseraError
+from ..vocabulary import Role
 from .lock_client import LockClient
 from .rendezvous import World, leave_world
-from .world import Role
 
 
 def exit_now(world: World, message: str, exit_code: int) -> None:

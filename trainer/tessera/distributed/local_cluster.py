@@ -26,8 +26,9 @@ from typing import IO
 from ..errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
 from ..metrics_address import METRICS_PORT_ENV
 from ..progress import Reporter
+from ..vocabulary import Role
 from .settings import INIT_METHOD_ENV, PEER_TIMEOUT_ENV
-from .world import Role, WorldLayout
+from .world import WorldLayout
 
 # After a failure, how long the others may take beyond the peer time-out to stop by
 # themselves before they are terminated.

@@ -20,6 +20,7 @@ from typing import Any
 from ..config import ConfigSchema
 from ..data.graph_data import GraphData
 from ..errors import EXIT_TRANSIENT
+from ..log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EPOCH
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..training.coordinator import (
@@ -30,7 +31,7 @@ from ..training.coordinator import (
     should_stop,
 )
 from ..training.schedule import TrainingSchedule
-from ..vocabulary import Bucket, ChunkPosition, PartitionKey
+from ..vocabulary import Bucket, ChunkPosition, PartitionKey, Role
 from .bucket_locks import BucketLocks
 from .liveness import Liveness
 from .lock_client import LOCKS_SERVICE
@@ -38,7 +39,7 @@ from .parameter_server import ParameterServer
 from .remote import serve
 from .rendezvous import join_world, leave_world
 from .settings import DistributedSettings
-from .world import Role, WorldLayout
+from .world import WorldLayout
 
 
 @dataclass(eq=False)  # a live object with state: compared by identity
@@ -185,8 +186,9 @@ class LockService:
             self.arrived, self.records, self.written = set(), [], set()
             if following is not None:
                 self.locks.start(self.schedule.buckets(following))
-            self.reporter.event("checkpoint committed", checkpoint_version=version,
-                                epoch=position.epoch_idx + 1, finished=self.finished)
+            self.reporter.event(CHECKPOINT_COMMITTED, **{
+                CHECKPOINT_VERSION: version, EPOCH: position.epoch_idx + 1,
+                "finished": self.finished})
             return stop
 
     def checkpoint_state(self, position: ChunkPosition) -> tuple[int, bool] | None:

@@ -20,14 +20,14 @@ from ..data.graph_data import GraphData
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..training.partitions import Partition, PartitionLoader, all_partition_keys
-from ..vocabulary import PartitionKey
+from ..vocabulary import PartitionKey, Role
 from .heartbeat import peer_session
 from .lock_client import LockClient
 from .parameter_server import ParameterServer
 from .remote import serve
 from .rendezvous import join_world
 from .settings import DistributedSettings
-from .world import Role, WorldLayout
+from .world import WorldLayout
 
 PARTITIONS_SERVICE = "partitions"
 

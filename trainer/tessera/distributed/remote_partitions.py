@@ -24,11 +24,10 @@ from ..training.partitions import (
     all_partition_keys,
     partition_for_workers,
 )
-from ..vocabulary import PartitionKey
+from ..vocabulary import PartitionKey, Role
 from .lock_client import LockClient
 from .partition_server import PARTITIONS_SERVICE
 from .rendezvous import World
-from .world import Role
 
 
 @dataclass

@@ -23,9 +23,10 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from ..errors import EXIT_TRANSIENT, TransientError
+from ..vocabulary import Role
 from .remote import Peers
 from .settings import DistributedSettings
-from .world import PeerInfo, Role, WorldLayout
+from .world import PeerInfo, WorldLayout
 
 JOINED_KEY = "tessera/joined/{rank}"
 # TCP only: shared-memory and cross-memory channels cannot cross pod boundaries.

@@ -35,7 +35,7 @@ from ..training.coordinator import (
 from ..training.partitions import PartitionLoader
 from ..training.schedule import TrainingSchedule
 from ..training.worker import ModelState
-from ..vocabulary import Bucket, ChunkPosition
+from ..vocabulary import Bucket, ChunkPosition, Role
 from .heartbeat import exit_now, peer_session
 from .lock_client import LockClient
 from .parameter_server import ParameterSync, shared_tensors
@@ -47,7 +47,7 @@ from .remote_partitions import (
 )
 from .rendezvous import World, join_world
 from .settings import DistributedSettings
-from .world import Role, WorldLayout
+from .world import WorldLayout
 
 # Seconds between two parameter exchanges of a trainer's background thread.
 PARAMETER_SYNC_INTERVAL = 0.1

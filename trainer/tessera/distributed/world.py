@@ -9,17 +9,10 @@ named after its role and rank within the role (`lock-server`, `partition-server-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from ..config import ConfigSchema
 from ..errors import ConfigError
-from ..vocabulary import PartitionKey
-
-
-class Role(str, Enum):
-    LOCK_SERVER = "lock-server"
-    PARTITION_SERVER = "partition-server"
-    TRAINER = "trainer"
+from ..vocabulary import PartitionKey, Role, process_name
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,7 @@ class WorldLayout:
 
     def name_of(self, rank: int) -> str:
         role, role_rank = self.role_of(rank)
-        return role.value if role is Role.LOCK_SERVER else f"{role.value}-{role_rank}"
+        return process_name(role, role_rank)
 
     def names(self, role: Role) -> list[str]:
         return [self.name_of(self.rank_of(role, r)) for r in range(self.count(role))]

@@ -27,6 +27,23 @@ from typing import Any, Protocol
 from ..config import ConfigSchema
 from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..errors import BadInputError
+from ..log_records import (
+    BUCKETS_DONE,
+    BUCKETS_TOTAL,
+    CHECKPOINT_COMMITTED,
+    CHECKPOINT_VERSION,
+    CHUNKS_DONE,
+    CHUNKS_TOTAL,
+    COMMIT_SECONDS,
+    EDGES_PER_SECOND,
+    EPOCH,
+    EVAL_PREFIX,
+    LOSS,
+    MRR,
+    TRAIN_TASK,
+    TRAINING_FINISHED,
+    epoch_text,
+)
 from ..model import EmbeddingModel
 from ..model.model_io import INIT_PATH, load_model, save_model
 from ..progress import Reporter, Task
@@ -230,7 +247,7 @@ class TrainingRun:
                                 self.schedule.num_edge_chunks)
         last: BucketOutcome | None = None
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
-        with self.reporter.task("train", total=total or None, unit="edges") as task, \
+        with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
                 pool or contextlib.nullcontext(), alongside or contextlib.nullcontext():
             for position in positions:
                 outcomes = [self._train_step(trainer, position, bucket, task)
@@ -248,7 +265,7 @@ class TrainingRun:
             checkpoint_path=self.config.checkpoint_path,
             last_loss=last.loss if last else None,
             last_eval=last.eval_after if last else None)
-        self.reporter.summary("training finished", summary_rows(summary))
+        self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
     def _train_step(self, trainer: BucketTrainer, position: ChunkPosition, bucket: Bucket,
@@ -271,13 +288,12 @@ class TrainingRun:
     def _report(self, task: Task, position: ChunkPosition, progress: JobProgress | None) -> None:
         if progress is None:
             return
-        fields: dict[str, Any] = {"epoch": f"{position.epoch_idx + 1}/{self.schedule.num_epochs}",
-                                  "bucket": progress.bucket,
-                                  "buckets_done": progress.buckets_done,
-                                  "buckets_total": self.buckets_total,
-                                  "loss": round(progress.loss, 5)}
+        fields: dict[str, Any] = {
+            EPOCH: epoch_text(position.epoch_idx + 1, self.schedule.num_epochs),
+            "bucket": progress.bucket, BUCKETS_DONE: progress.buckets_done,
+            BUCKETS_TOTAL: self.buckets_total, LOSS: round(progress.loss, 5)}
         if progress.mrr is not None:
-            fields["mrr"] = round(progress.mrr, 4)
+            fields[MRR] = round(progress.mrr, 4)
         task.advance(progress.edges_done - task.done, **fields)
 
 
@@ -285,11 +301,11 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
     """The final summary table of a run."""
     rows: dict[str, Any] = {
         "edges": summary.edges, "seconds": round(summary.seconds, 2),
-        "edges_per_s": round(summary.edges_per_second),
-        "loss": None if summary.last_loss is None else round(summary.last_loss, 5)}
-    rows.update({f"eval_{k}": round(v, 4) for k, v in (summary.last_eval or {}).items()})
-    rows.update(checkpoint_version=summary.checkpoint_version,
-                checkpoint=summary.checkpoint_path)
+        EDGES_PER_SECOND: round(summary.edges_per_second),
+        LOSS: None if summary.last_loss is None else round(summary.last_loss, 5)}
+    rows.update({EVAL_PREFIX + k: round(v, 4) for k, v in (summary.last_eval or {}).items()})
+    rows.update({CHECKPOINT_VERSION: summary.checkpoint_version,
+                 "checkpoint": summary.checkpoint_path})
     return rows
 
 
@@ -357,12 +373,11 @@ def publish_checkpoint(config: ConfigSchema, schedule: TrainingSchedule,
     the `commit_seconds` its partitions, model and commit took to write),
     append its bucket stats, and preserve it if it ends an epoch that
     `checkpoint_preservation_interval` keeps."""
-    reporter.event("checkpoint committed", checkpoint_version=version,
-                   epoch=position.epoch_idx + 1, edge_path=position.edge_path_idx,
-                   edge_chunk=position.edge_chunk_idx,
-                   chunks_done=schedule.index_of(position) + 1,
-                   chunks_total=schedule.num_positions,
-                   commit_seconds=round(commit_seconds, 3))
+    reporter.event(CHECKPOINT_COMMITTED, **{
+        CHECKPOINT_VERSION: version, EPOCH: position.epoch_idx + 1,
+        "edge_path": position.edge_path_idx, "edge_chunk": position.edge_chunk_idx,
+        CHUNKS_DONE: schedule.index_of(position) + 1, CHUNKS_TOTAL: schedule.num_positions,
+        COMMIT_SECONDS: round(commit_seconds, 3)})
     store.append_stats(records)
     epochs_done = position.epoch_idx + 1
     if schedule.ends_epoch(position) and should_preserve(

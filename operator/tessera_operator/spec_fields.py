@@ -1,0 +1,95 @@
+"""The scalar fields of the EmbeddingJob spec, declared once.
+
+Each field's type, default, bounds and help text live in one `Field`: the CRD's schema of it
+(`crd.py`, whose description states the default) and the check and default that `spec.py`
+applies are both made from it, the way `spec.config` is made from the trainer's config
+schema. The objects around the fields (roles, storage, scheduling) stay in those modules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tessera.config.validate import did_you_mean
+from tessera.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Field:
+    """One scalar field: what the CRD says of it, and how `spec.py` checks and defaults it.
+
+    `default` is the value an absent field takes; with no default, `unset` says in the
+    description what an absent field means ("no limit")."""
+
+    type: Literal["integer", "string", "boolean"]
+    help: str
+    default: Any = None
+    unset: str | None = None
+    minimum: int | None = None
+    enum: tuple[str, ...] = ()
+    required: bool = False
+
+    def schema(self) -> dict[str, Any]:
+        """The field's OpenAPI v3 schema in the CRD."""
+        shown = json.dumps(self.default) if self.default is not None else self.unset
+        description = self.help if shown is None else f"{self.help} Default: {shown}."
+        schema: dict[str, Any] = {"type": self.type, "description": description}
+        if self.enum:
+            schema["enum"] = list(self.enum)
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.type == "string" and self.required:
+            schema["minLength"] = 1
+        return schema
+
+    def parse(self, raw: Mapping[str, Any], key: str, path: str) -> Any:
+        """The field `key` of `raw` (at `path`) checked, or its default when absent; a
+        ConfigError naming `path.key` otherwise."""
+        where = f"{path}.{key}"
+        value = raw.get(key, self.default)
+        if value is None and self.required:
+            raise ConfigError(where, "required field is missing")
+        if value is None and self.default is None:
+            return None
+        if self.enum and value not in self.enum:
+            raise ConfigError(where, f"{value!r} is not one of {', '.join(self.enum)}"
+                              + did_you_mean(str(value), self.enum))
+        if self.type == "integer":
+            return _integer(value, where, self.minimum)
+        if self.type == "boolean" and not isinstance(value, bool):
+            raise ConfigError(where, f"expected true or false, got {value!r}")
+        if self.type == "string" and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(where, f"expected a non-empty string, got {value!r}")
+        return value
+
+
+def _integer(value: Any, path: str, minimum: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(path, f"expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ConfigError(path, f"must be at least {minimum}, got {value}")
+    return value
+
+
+IMAGE = Field("string", "Trainer image (the Dockerfile's `trainer` target).", required=True)
+IMAGE_PULL_POLICY = Field("string", "When the kubelet pulls the image.",
+                          enum=("Always", "IfNotPresent", "Never"))
+SECRET_NAME = Field("string", "Name of the Secret.", required=True)
+TRAINER_REPLICAS = Field("integer", "Number of trainer pods (config num_machines).",
+                         default=1, minimum=1)
+PARTITION_SERVER_REPLICAS = Field(
+    "integer", "Number of partition server pods (config num_partition_servers); 0 runs none.",
+    default=0, minimum=0)
+RUN_POLICY = {
+    "backoffLimit": Field("integer", "Restarts of the job's pods after a failure before the "
+                          "job fails.", default=3, minimum=0),
+    "activeDeadlineSeconds": Field("integer", "Seconds a run may take before it fails.",
+                                   unset="no limit", minimum=1),
+    "ttlSecondsAfterFinished": Field("integer", "Seconds after success or failure at which "
+                                     "the job is deleted.", unset="kept", minimum=0),
+    "suspend": Field("boolean", "Stop the pods; setting it back to false resumes from the "
+                     "last checkpoint.", default=False),
+}

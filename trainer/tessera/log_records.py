@@ -1,0 +1,102 @@
+"""The JSON lines a trainer prints that other programs read: the trainer -> operator contract.
+
+`tessera train --log-format json` writes one JSON object per line. The operator folds the
+first trainer's log into the job's status (`tessera_operator.progress`) and the trainer's own
+Prometheus gauges fold the same records (`tessera.metrics`), so the record kinds and the keys
+those readers rely on are named here, once, free of torch. Two kinds of record:
+
+- a progress record, at most every few seconds: `{"progress": "train", "done", "total",
+  "rate", "eta_s", "epoch": "3/50", "loss", "mrr", "buckets_done", "buckets_total"}`;
+- an event: `{"event": "checkpoint committed", "checkpoint_version", "epoch", "chunks_done",
+  "chunks_total", "commit_seconds"}` after every commit, and at the end `{"event": "training
+  finished", "checkpoint_version", "edges_per_s", "loss", "eval_mrr"...}`.
+
+Every printed record starts with `"time"` (Unix seconds).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# What a record is.
+EVENT = "event"
+PROGRESS = "progress"
+TIME = "time"
+
+# The task and events the readers look for.
+TRAIN_TASK = "train"
+CHECKPOINT_COMMITTED = "checkpoint committed"
+TRAINING_FINISHED = "training finished"
+
+# Keys of a progress record.
+DONE = "done"
+TOTAL = "total"
+RATE = "rate"
+ETA_SECONDS = "eta_s"
+# Keys the training task's progress records and its events add.
+EPOCH = "epoch"  # "3/50" in progress records (see `epoch_text`), a number in events
+LOSS = "loss"
+MRR = "mrr"
+BUCKETS_DONE = "buckets_done"
+BUCKETS_TOTAL = "buckets_total"
+CHECKPOINT_VERSION = "checkpoint_version"
+CHUNKS_DONE = "chunks_done"
+CHUNKS_TOTAL = "chunks_total"
+COMMIT_SECONDS = "commit_seconds"
+EDGES_PER_SECOND = "edges_per_s"
+EVAL_PREFIX = "eval_"  # the summary's metrics of the last evaluation: eval_mrr, eval_hits@10
+
+
+def event_record(event: str, **fields: Any) -> dict[str, Any]:
+    """An event record (`checkpoint committed`...), without its time."""
+    return {EVENT: event, **fields}
+
+
+def progress_record(task: str, done: float, total: float | None, rate: float,
+                    eta_seconds: float | None, **fields: Any) -> dict[str, Any]:
+    """A progress record of `task`, without its time."""
+    return {PROGRESS: task, DONE: done, TOTAL: total, RATE: rate, ETA_SECONDS: eta_seconds,
+            **fields}
+
+
+def json_line(record: dict[str, Any], time: float) -> str:
+    """The line a record is printed as, its time first."""
+    return json.dumps({TIME: round(time, 3), **record}, default=str)
+
+
+def parse_record(line: str) -> dict[str, Any] | None:
+    """The record a log line holds, or None for any other line (a log is not an API: a
+    malformed or foreign line is skipped, never an error)."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def epoch_text(epoch: int, num_epochs: int) -> str:
+    """The `epoch` of a progress record: the 1-based epoch being trained and the run's
+    number of epochs."""
+    return f"{epoch}/{num_epochs}"
+
+
+def parse_epoch(value: Any) -> tuple[int | None, int | None]:
+    """(epoch, num_epochs) from an `epoch` field: `"3/50"`, or a plain number as events
+    carry; None where it does not say."""
+    if is_number(value):
+        return int(value), None
+    if isinstance(value, str):
+        epoch, _, total = value.partition("/")
+        if epoch.strip().isdigit():
+            return int(epoch), int(total) if total.strip().isdigit() else None
+    return None, None
+
+
+def is_number(value: Any) -> bool:
+    """Whether a field holds a finite number (JSON's booleans are not numbers here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and value == value and abs(value) != float("inf")
