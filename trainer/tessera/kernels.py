@@ -56,40 +56,38 @@ def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> N
                          f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
 
 
-Pointer, Strides = ctypes.c_void_p, ctypes.c_ssize_t
+Pointer, Size = ctypes.c_void_p, ctypes.c_ssize_t  # addresses; counts and strides
 
 
 class Block(ctypes.Structure):
     """`Block` in _kernels.c: a column block of one side's negatives for `ranking_loss`."""
 
-    _fields_ = [("scores", Pointer), ("score_strides", Strides * 3),  # [C, S, M]
-                ("grads", Pointer), ("grad_strides", Strides * 3),  # like the scores
-                ("keys", Pointer), ("key_strides", Strides * 2),  # [C, M]
-                ("width", ctypes.c_ssize_t)]  # M
+    _fields_ = [("scores", Pointer), ("score_strides", Size * 3),  # [C, S, M]
+                ("grads", Pointer), ("grad_strides", Size * 3),  # like the scores
+                ("keys", Pointer), ("key_strides", Size * 2),  # [C, M]
+                ("width", Size)]  # M
 
 
 class Positives(ctypes.Structure):
     """`Positives` in _kernels.c: one side's positives for `ranking_loss`."""
 
-    _fields_ = [("scores", Pointer), ("score_strides", Strides * 2),  # [C, S]
-                ("keys", Pointer), ("key_strides", Strides * 2),  # [C, S]
+    _fields_ = [("scores", Pointer), ("score_strides", Size * 2),  # [C, S]
+                ("keys", Pointer), ("key_strides", Size * 2),  # [C, S]
                 ("grads", Pointer),  # [C, S], contiguous
-                ("chunks", ctypes.c_ssize_t), ("size", ctypes.c_ssize_t),
-                ("edges", ctypes.c_ssize_t)]
+                ("chunks", Size), ("size", Size), ("edges", Size)]
 
 
 class Batch(ctypes.Structure):
     """`Batch` in _kernels.c: the shape of a batch for `ranking_chunks`."""
 
-    _fields_ = [("chunks", ctypes.c_ssize_t), ("size", ctypes.c_ssize_t),
-                ("edges", ctypes.c_ssize_t), ("dim", ctypes.c_ssize_t)]
+    _fields_ = [("chunks", Size), ("size", Size), ("edges", Size), ("dim", Size)]
 
 
 class Side(ctypes.Structure):
     """`Side` in _kernels.c: one side of a batch for `ranking_chunks`, all contiguous."""
 
     _fields_ = [("rows", Pointer), ("keys", Pointer), ("grads", Pointer),
-                ("grad_sum", Pointer), ("extra", ctypes.c_ssize_t)]
+                ("grad_sum", Pointer), ("extra", Size)]
 
 
 Negatives = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # scores, gradients out, keys
