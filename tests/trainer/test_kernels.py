@@ -15,6 +15,8 @@ import pytest
 import torch
 
 from tessera import kernels
+from tessera.model.losses import RankingLoss
+from tessera.model.negatives import mask_negatives
 from tessera.training.optimizers import EPSILON, RowAdagrad
 
 
@@ -84,6 +86,52 @@ def test_row_adagrad_kernel_sums_a_repeated_row_before_its_one_update(needs_kern
     assert table[0].abs().sum() == 0
 
 
+def torch_ranking(margin: float, weight: float, num_edges: int, pos_scores: torch.Tensor,
+                  pos_keys: torch.Tensor, scores: torch.Tensor, keys: torch.Tensor
+                  ) -> tuple[float, torch.Tensor, torch.Tensor]:
+    """The loss, positive and negative score gradients by `RankingLoss`'s torch code."""
+    chunks, size, width = scores.shape
+    masked = mask_negatives(scores, pos_keys, keys).flatten(0, 1)[:num_edges]
+    loss, pos_grad, neg_grad = RankingLoss(margin).value_and_gradients(
+        pos_scores.flatten()[:num_edges], masked)
+    padded = torch.zeros(chunks * size, width)
+    padded[:num_edges] = neg_grad * weight
+    pos_padded = torch.zeros(chunks * size)
+    pos_padded[:num_edges] = pos_grad * weight
+    return float(loss) * weight, pos_padded.view(chunks, size), padded.view(scores.shape)
+
+
+@pytest.mark.parametrize("layout", ["negatives", "positives", "neither"])
+def test_ranking_loss_kernel_equals_the_torch_loss_in_each_memory_layout(
+        needs_kernels, layout: str) -> None:
+    # The kernel walks a block along whichever axis is contiguous: along the negatives, along
+    # the positives (a transposed block, as the threaded shared setup passes it) or by strides.
+    generator = torch.Generator().manual_seed(4)
+    chunks, size, widths, num_edges = 3, 7, (5, 4), 19  # the last chunk's last 2 are padding
+    pos_scores = torch.randn(chunks, size, generator=generator)
+    pos_keys = torch.randint(8, (chunks, size), generator=generator)
+    keys = torch.randint(-1, 8, (chunks, sum(widths)), generator=generator)  # -1: padding
+    scores = torch.randn(chunks, size, sum(widths), generator=generator)
+    blocks = []
+    for block_scores, block_keys in zip(scores.split(widths, dim=2), keys.split(widths, dim=1)):
+        if layout == "positives":
+            block_scores = block_scores.transpose(1, 2).contiguous().transpose(1, 2)
+        elif layout == "neither":
+            block_scores = torch.zeros(chunks, size, 2 * block_scores.shape[2])[:, :, ::2]
+            block_scores.copy_(scores.split(widths, dim=2)[len(blocks)])
+        else:
+            block_scores = block_scores.contiguous()
+        blocks.append((block_scores, torch.full_like(block_scores, 9.0), block_keys))
+    pos_grad = torch.zeros(chunks, size)
+    loss = kernels.ranking_loss(0.5, 2.0, num_edges, pos_scores, pos_keys, blocks, pos_grad)
+    expected_loss, expected_pos_grad, expected_grad = torch_ranking(
+        0.5, 2.0, num_edges, pos_scores, pos_keys, scores, keys)
+    assert expected_loss > 0 and loss == pytest.approx(expected_loss, rel=1e-5)
+    torch.testing.assert_close(pos_grad, expected_pos_grad)
+    torch.testing.assert_close(torch.cat([grads for _, grads, _ in blocks], dim=2),
+                               expected_grad)
+
+
 def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
     table, row_sum = torch.zeros(5, 3), torch.zeros(5)
     slots = torch.full((5,), -1, dtype=torch.int32)
@@ -99,6 +147,15 @@ def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
     with pytest.raises(ValueError, match="negative block"):
         kernels.ranking_loss(0.1, 1.0, 6, torch.zeros(2, 3), torch.zeros(2, 3).long(),
                              [(scores, scores, torch.zeros(2, 5).long())], torch.zeros(2, 3))
+
+
+def test_the_extension_refuses_a_structure_of_another_size(needs_kernels) -> None:
+    # What a Python mirror out of step with _kernels.c would pass: refused before any read.
+    compiled = kernels._kernels
+    with pytest.raises(TypeError, match="block: expected a structure of 96 bytes, got 32"):
+        compiled.ranking_loss(0.1, 1.0, kernels.Positives(), kernels.Batch())
+    with pytest.raises(TypeError, match="one or two blocks"):
+        compiled.ranking_loss(0.1, 1.0, kernels.Positives())
 
 
 def test_ranking_chunks_refuses_sides_that_do_not_make_the_batch(needs_kernels) -> None:

@@ -15,7 +15,8 @@
  *   dense_adagrad  steps a small dense parameter (operators, global embeddings): one call
  *                  instead of five tensor operations whose overhead outweighs the work.
  *
- * Tensors arrive as addresses and element strides (the Python side, `tessera.kernels`,
+ * Tensors arrive as addresses and element strides, grouped in structures with named fields
+ * (Block, Positives, Batch, Side; `tessera.kernels` mirrors each as a ctypes.Structure and
  * checks dtypes and shapes), so this file needs no PyTorch headers and builds in a second;
  * the matrix products call the BLAS torch is built with, found at run time. The torch code
  * in `tessera.model.closed_form`, `tessera.model.losses` and `tessera.training.optimizers`
@@ -34,17 +35,31 @@
 #define VECTOR_CLONES
 #endif
 
-/* A strided 3-D float view [C, S, M] of scores, where their gradients go (same shape, may be
- * the same memory) and the keys [C, M] naming the entities of its M negatives. */
+/* A column block of one side's negatives in `ranking_loss` (mirrored by
+ * `tessera.kernels.Block`): their scores [C, S, M], where their gradients go (same shape, may
+ * be the same memory) and the keys [C, M] naming their entities, each with its element
+ * strides along those axes. */
 typedef struct {
     const float *scores;
-    Py_ssize_t sc, ss, sm;
+    Py_ssize_t score_strides[3];
     float *grads;
-    Py_ssize_t gc, gs, gm;
+    Py_ssize_t grad_strides[3];
     const int64_t *keys;
-    Py_ssize_t kc, km;
-    Py_ssize_t width;
+    Py_ssize_t key_strides[2];
+    Py_ssize_t width; /* M */
 } Block;
+
+/* One side's positives in `ranking_loss` (mirrored by `tessera.kernels.Positives`): their
+ * scores and keys [C, S] with element strides, the contiguous [C, S] that their gradients are
+ * added to, and how many of the C * S are edges (the rest are padding). */
+typedef struct {
+    const float *scores;
+    Py_ssize_t score_strides[2];
+    const int64_t *keys;
+    Py_ssize_t key_strides[2];
+    float *grads;
+    Py_ssize_t chunks, size, edges;
+} Positives;
 
 /* A negative counts when it scores above the positive's threshold (score - margin), is not
  * the positive's own entity and is not padding (negative key). Each counting pair adds its
@@ -64,14 +79,18 @@ VECTOR_CLONES
 static double ranking_tile(const Block *b, Py_ssize_t c, Py_ssize_t rows,
                            const float *thresholds, const int64_t *pos_keys, float weight,
                            float *pos_grad) {
+    /* Element strides of the scores (s*), their gradients (g*) and the keys (k*) along the
+     * positives (*s) and the negatives (*m). */
+    const Py_ssize_t ss = b->score_strides[1], sm = b->score_strides[2];
+    const Py_ssize_t gs = b->grad_strides[1], gm = b->grad_strides[2], km = b->key_strides[1];
     double loss = 0.0;
-    const float *scores = b->scores + c * b->sc;
-    float *grads = b->grads + c * b->gc;
-    const int64_t *keys = b->keys + c * b->kc;
-    if (b->sm == 1 && b->gm == 1 && b->km == 1) { /* along the negatives */
+    const float *scores = b->scores + c * b->score_strides[0];
+    float *grads = b->grads + c * b->grad_strides[0];
+    const int64_t *keys = b->keys + c * b->key_strides[0];
+    if (sm == 1 && gm == 1 && km == 1) { /* along the negatives */
         for (Py_ssize_t s = 0; s < rows; s++) {
-            const float *x = scores + s * b->ss;
-            float *g = grads + s * b->gs;
+            const float *x = scores + s * ss;
+            float *g = grads + s * gs;
             float threshold = thresholds[s], row_loss = 0.0f, row_grad = 0.0f;
             int64_t key = pos_keys[s];
             for (Py_ssize_t m = 0; m < b->width; m++)
@@ -79,11 +98,11 @@ static double ranking_tile(const Block *b, Py_ssize_t c, Py_ssize_t rows,
             loss += row_loss;
             pos_grad[s] += row_grad;
         }
-    } else if (b->ss == 1 && b->gs == 1) { /* along the positives (a transposed block) */
+    } else if (ss == 1 && gs == 1) { /* along the positives (a transposed block) */
         for (Py_ssize_t m = 0; m < b->width; m++) {
-            const float *x = scores + m * b->sm;
-            float *g = grads + m * b->gm;
-            int64_t neg_key = keys[m * b->km];
+            const float *x = scores + m * sm;
+            float *g = grads + m * gm;
+            int64_t neg_key = keys[m * km];
             float column_loss = 0.0f;
             for (Py_ssize_t s = 0; s < rows; s++)
                 RANKING_PAIR(x[s], neg_key, thresholds[s], pos_keys[s], g[s], column_loss,
@@ -93,22 +112,11 @@ static double ranking_tile(const Block *b, Py_ssize_t c, Py_ssize_t rows,
     } else {
         for (Py_ssize_t s = 0; s < rows; s++)
             for (Py_ssize_t m = 0; m < b->width; m++)
-                RANKING_PAIR(scores[s * b->ss + m * b->sm], keys[m * b->km], thresholds[s],
-                             pos_keys[s], grads[s * b->gs + m * b->gm], loss, pos_grad[s]);
+                RANKING_PAIR(scores[s * ss + m * sm], keys[m * km], thresholds[s],
+                             pos_keys[s], grads[s * gs + m * gm], loss, pos_grad[s]);
     }
     return loss;
 }
-
-/* Arguments, in this order (see kernels.py): */
-enum {
-    A_MARGIN, A_WEIGHT, /* floats */
-    A_CHUNKS, A_SIZE, A_VALID, A_POS, A_POS_SC, A_POS_SS, A_KEY, A_KEY_SC, A_KEY_SS,
-    A_POS_GRAD,
-    A_BLOCKS, /* then two blocks of 11: scores, 3 strides, grads, 3 strides, keys, 2 strides */
-    BLOCK_ARGS = 11,
-    A_WIDTHS = A_BLOCKS + 2 * BLOCK_ARGS, /* then the two widths */
-    RANKING_ARGS = A_WIDTHS + 2
-};
 
 /* -1 with a TypeError set unless a kernel got the number of arguments it takes. */
 static int expect_args(const char *name, Py_ssize_t nargs, Py_ssize_t expected) {
@@ -125,26 +133,41 @@ static int read_ints(PyObject *const *args, Py_ssize_t n, Py_ssize_t *out) {
     return 0;
 }
 
-/* The ranking loss of one side's negatives, given as one or two blocks of columns; writes
- * their gradients and adds the positives' to pos_grad [C, S]. Padding rows (past `valid`
- * edges) get zero gradients. Returns the loss. */
+/* Copies the structure an argument holds (a ctypes.Structure of `tessera.kernels`, read
+ * through the buffer protocol) to `out`; -1 with a TypeError set unless it is `size` bytes,
+ * which catches a Python mirror out of step with this file. */
+static int read_struct(PyObject *arg, const char *name, void *out, size_t size) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE)) return -1;
+    int fits = view.len >= 0 && (size_t)view.len == size;
+    if (fits)
+        memcpy(out, view.buf, size);
+    else
+        PyErr_Format(PyExc_TypeError, "%s: expected a structure of %zu bytes, got %zd", name,
+                     size, view.len);
+    PyBuffer_Release(&view);
+    return fits ? 0 : -1;
+}
+
+/* ranking_loss(margin, weight, positives, block[, block]): the ranking loss of one side's
+ * negatives, given as one or two blocks of columns; writes their gradients and adds the
+ * positives' to positives.grads. Padding rows (past positives.edges) get zero gradients. */
 static PyObject *ranking_loss(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (expect_args("ranking_loss", nargs, RANKING_ARGS)) return NULL;
-    Py_ssize_t v[RANKING_ARGS];
-    double margin = PyFloat_AsDouble(args[A_MARGIN]);
-    double weight = PyFloat_AsDouble(args[A_WEIGHT]);
-    if (PyErr_Occurred()) return NULL;
-    if (read_ints(args + A_CHUNKS, RANKING_ARGS - A_CHUNKS, v + A_CHUNKS)) return NULL;
-    Block blocks[2];
-    for (int b = 0; b < 2; b++) {
-        const Py_ssize_t *a = v + A_BLOCKS + b * BLOCK_ARGS;
-        blocks[b] = (Block){(const float *)a[0], a[1], a[2], a[3], (float *)a[4], a[5], a[6],
-                            a[7], (const int64_t *)a[8], a[9], a[10], v[A_WIDTHS + b]};
+    if (nargs != 4 && nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "ranking_loss takes margin, weight, positives and one or two blocks");
+        return NULL;
     }
-    const float *pos = (const float *)v[A_POS];
-    const int64_t *keys = (const int64_t *)v[A_KEY];
-    float *pos_grad = (float *)v[A_POS_GRAD];
-    Py_ssize_t chunks = v[A_CHUNKS], size = v[A_SIZE], valid = v[A_VALID];
+    double margin = PyFloat_AsDouble(args[0]);
+    double weight = PyFloat_AsDouble(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    Positives pos;
+    Block blocks[2];
+    int num_blocks = (int)nargs - 3;
+    if (read_struct(args[2], "positives", &pos, sizeof pos)) return NULL;
+    for (int b = 0; b < num_blocks; b++)
+        if (read_struct(args[3 + b], "block", &blocks[b], sizeof blocks[b])) return NULL;
+    Py_ssize_t size = pos.size;
     float *thresholds = PyMem_RawMalloc(sizeof(float) * size);
     int64_t *pos_keys = PyMem_RawMalloc(sizeof(int64_t) * size);
     if (!thresholds || !pos_keys) {
@@ -154,20 +177,22 @@ static PyObject *ranking_loss(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     double loss = 0.0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t c = 0; c < chunks; c++) {
-        Py_ssize_t rows = valid - c * size;
+    for (Py_ssize_t c = 0; c < pos.chunks; c++) {
+        Py_ssize_t rows = pos.edges - c * size;
         rows = rows < 0 ? 0 : rows > size ? size : rows;
         for (Py_ssize_t s = 0; s < size; s++) {
-            thresholds[s] = pos[c * v[A_POS_SC] + s * v[A_POS_SS]] - (float)margin;
-            pos_keys[s] = keys[c * v[A_KEY_SC] + s * v[A_KEY_SS]];
+            thresholds[s] = pos.scores[c * pos.score_strides[0] + s * pos.score_strides[1]]
+                            - (float)margin;
+            pos_keys[s] = pos.keys[c * pos.key_strides[0] + s * pos.key_strides[1]];
         }
-        for (int b = 0; b < 2; b++) {
+        for (int b = 0; b < num_blocks; b++) {
             const Block *block = &blocks[b];
             loss += ranking_tile(block, c, rows, thresholds, pos_keys, (float)weight,
-                                 pos_grad + c * size);
+                                 pos.grads + c * size);
             for (Py_ssize_t s = rows; s < size; s++) /* padding */
                 for (Py_ssize_t m = 0; m < block->width; m++)
-                    block->grads[c * block->gc + s * block->gs + m * block->gm] = 0.0f;
+                    block->grads[c * block->grad_strides[0] + s * block->grad_strides[1]
+                                 + m * block->grad_strides[2]] = 0.0f;
         }
     }
     Py_END_ALLOW_THREADS
@@ -429,23 +454,41 @@ static int narrow_keys(const int64_t *keys, Py_ssize_t count, int32_t *out) {
     return 0;
 }
 
-/* ranking_chunks(margin, weight, chunks, size, valid, lhs_extra, rhs_extra, dim, lhs, rhs,
- *                lhs_grad, rhs_grad, lhs_keys, rhs_keys, grad_sums) */
+/* The batch of `ranking_chunks` (mirrored by `tessera.kernels.Batch`): `chunks` chunks of
+ * `size` edges, the first `edges` of them real (the rest padding), rows of `dim` floats. */
+typedef struct {
+    Py_ssize_t chunks, size, edges, dim;
+} Batch;
+
+/* One side of the batch in `ranking_chunks` (mirrored by `tessera.kernels.Side`), all
+ * contiguous: its prepared embeddings [C, S + X, dim] (a chunk's S positives, then its X
+ * extra negatives), the keys [C, S + X] naming their entities (negative: padding), where
+ * their gradients go (same shape) and the sum of those gradients' rows [dim]. */
+typedef struct {
+    const float *rows;
+    const int64_t *keys;
+    float *grads;
+    float *grad_sum;
+    Py_ssize_t extra; /* X */
+} Side;
+
+/* ranking_chunks(margin, weight, batch, lhs, rhs): returns the loss times `weight`. */
 static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (expect_args("ranking_chunks", nargs, 15)) return NULL;
+    if (expect_args("ranking_chunks", nargs, 5)) return NULL;
     if (sgemm == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "ranking_chunks needs use_matrix_product first");
         return NULL;
     }
     double margin = PyFloat_AsDouble(args[0]), weight = PyFloat_AsDouble(args[1]);
-    Py_ssize_t v[13];
-    if (PyErr_Occurred() || read_ints(args + 2, 13, v)) return NULL;
-    int chunks = (int)v[0], size = (int)v[1], valid = (int)v[2], lhs_extra = (int)v[3];
-    int rhs_extra = (int)v[4], dim = (int)v[5];
-    const float *lhs = (const float *)v[6], *rhs = (const float *)v[7];
-    float *lhs_grad = (float *)v[8], *rhs_grad = (float *)v[9];
-    const int64_t *lhs_keys = (const int64_t *)v[10], *rhs_keys = (const int64_t *)v[11];
-    float *grad_sums = (float *)v[12]; /* [2, dim]: the rows of lhs_grad, of rhs_grad */
+    if (PyErr_Occurred()) return NULL;
+    Batch batch;
+    Side lhs, rhs;
+    if (read_struct(args[2], "batch", &batch, sizeof batch) ||
+        read_struct(args[3], "lhs", &lhs, sizeof lhs) ||
+        read_struct(args[4], "rhs", &rhs, sizeof rhs))
+        return NULL;
+    int chunks = (int)batch.chunks, size = (int)batch.size, valid = (int)batch.edges;
+    int dim = (int)batch.dim, lhs_extra = (int)lhs.extra, rhs_extra = (int)rhs.extra;
     int lhs_width = size + lhs_extra, rhs_width = size + rhs_extra;
     size_t lhs_count = (size_t)chunks * lhs_width, rhs_count = (size_t)chunks * rhs_width;
     float *scratch = PyMem_RawMalloc(
@@ -456,22 +499,22 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_NoMemory();
         goto done;
     }
-    if (narrow_keys(lhs_keys, lhs_count, keys) ||
-        narrow_keys(rhs_keys, rhs_count, keys + lhs_count))
+    if (narrow_keys(lhs.keys, lhs_count, keys) ||
+        narrow_keys(rhs.keys, rhs_count, keys + lhs_count))
         goto done;
     double loss = 0.0;
     Py_BEGIN_ALLOW_THREADS
     int threads = set_blas_threads ? set_blas_threads(1) : 0; /* this thread's setting */
-    memset(grad_sums, 0, sizeof(float) * 2 * dim);
+    memset(lhs.grad_sum, 0, sizeof(float) * dim);
+    memset(rhs.grad_sum, 0, sizeof(float) * dim);
     for (int c = 0; c < chunks; c++) {
         int rows = valid - c * size;
         rows = rows < 0 ? 0 : rows > size ? size : rows;
         size_t l_at = (size_t)c * lhs_width, r_at = (size_t)c * rhs_width;
         loss += ranking_chunk(size, rows, lhs_extra, rhs_extra, dim, (float)margin,
-                              (float)weight, lhs + l_at * dim, rhs + r_at * dim,
-                              lhs_grad + l_at * dim, rhs_grad + r_at * dim, keys + l_at,
-                              keys + lhs_count + r_at, scratch, grad_sums,
-                              grad_sums + dim);
+                              (float)weight, lhs.rows + l_at * dim, rhs.rows + r_at * dim,
+                              lhs.grads + l_at * dim, rhs.grads + r_at * dim, keys + l_at,
+                              keys + lhs_count + r_at, scratch, lhs.grad_sum, rhs.grad_sum);
     }
     if (set_blas_threads) set_blas_threads(threads);
     Py_END_ALLOW_THREADS

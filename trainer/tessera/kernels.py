@@ -56,11 +56,45 @@ def _expect(tensor: torch.Tensor, dtype: torch.dtype, dims: int, name: str) -> N
                          f"{tensor.dtype} {tuple(tensor.shape)} on {tensor.device}")
 
 
-Block = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # scores, gradients out, keys
+Pointer, Size = ctypes.c_void_p, ctypes.c_ssize_t  # addresses; counts and strides
+
+
+class Block(ctypes.Structure):
+    """`Block` in _kernels.c: a column block of one side's negatives for `ranking_loss`."""
+
+    _fields_ = [("scores", Pointer), ("score_strides", Size * 3),  # [C, S, M]
+                ("grads", Pointer), ("grad_strides", Size * 3),  # like the scores
+                ("keys", Pointer), ("key_strides", Size * 2),  # [C, M]
+                ("width", Size)]  # M
+
+
+class Positives(ctypes.Structure):
+    """`Positives` in _kernels.c: one side's positives for `ranking_loss`."""
+
+    _fields_ = [("scores", Pointer), ("score_strides", Size * 2),  # [C, S]
+                ("keys", Pointer), ("key_strides", Size * 2),  # [C, S]
+                ("grads", Pointer),  # [C, S], contiguous
+                ("chunks", Size), ("size", Size), ("edges", Size)]
+
+
+class Batch(ctypes.Structure):
+    """`Batch` in _kernels.c: the shape of a batch for `ranking_chunks`."""
+
+    _fields_ = [("chunks", Size), ("size", Size), ("edges", Size), ("dim", Size)]
+
+
+class Side(ctypes.Structure):
+    """`Side` in _kernels.c: one side of a batch for `ranking_chunks`, all contiguous."""
+
+    _fields_ = [("rows", Pointer), ("keys", Pointer), ("grads", Pointer),
+                ("grad_sum", Pointer), ("extra", Size)]
+
+
+Negatives = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # scores, gradients out, keys
 
 
 def ranking_loss(margin: float, weight: float, num_edges: int, pos_scores: torch.Tensor,
-                 pos_keys: torch.Tensor, blocks: Sequence[Block], pos_grad: torch.Tensor
+                 pos_keys: torch.Tensor, blocks: Sequence[Negatives], pos_grad: torch.Tensor
                  ) -> float:
     """The ranking loss of one side's negatives, given as one or two column blocks of scores
     [C, S, M] (any strides) with the keys [C, M] naming their entities; writes each block's
@@ -80,28 +114,29 @@ def ranking_loss(margin: float, weight: float, num_edges: int, pos_scores: torch
                          "(contiguous) must have one shape")
     if not 1 <= len(blocks) <= 2:
         raise ValueError("ranking_loss takes one or two blocks of negatives")
-    block_args: list[int] = []
-    widths = []
-    # The kernel always takes two blocks: a lone block is passed twice, the copy 0 wide.
-    for scores, grads, keys in [*blocks, blocks[0]][:2]:
-        _expect(scores, torch.float32, 3, "scores")
-        _expect(grads, torch.float32, 3, "score gradients")
-        _expect(keys, torch.int64, 2, "negative keys")
-        width = scores.shape[2]
-        if scores.shape[:2] != (chunks, size) or grads.shape != scores.shape \
-                or keys.shape != (chunks, width):
-            raise ValueError(f"negative block of scores {tuple(scores.shape)}, gradients "
-                             f"{tuple(grads.shape)}, keys {tuple(keys.shape)} for {chunks} "
-                             f"chunks of {size}")
-        block_args += [scores.data_ptr(), *scores.stride(), grads.data_ptr(), *grads.stride(),
-                       keys.data_ptr(), *keys.stride()]
-        widths.append(width)
-    if len(blocks) == 1:
-        widths[1] = 0
-    return _kernels.ranking_loss(
-        float(margin), float(weight),
-        chunks, size, num_edges, pos_scores.data_ptr(), *pos_scores.stride(),
-        pos_keys.data_ptr(), *pos_keys.stride(), pos_grad.data_ptr(), *block_args, *widths)
+    positives = Positives(scores=pos_scores.data_ptr(), score_strides=pos_scores.stride(),
+                          keys=pos_keys.data_ptr(), key_strides=pos_keys.stride(),
+                          grads=pos_grad.data_ptr(), chunks=chunks, size=size,
+                          edges=num_edges)
+    return _kernels.ranking_loss(float(margin), float(weight), positives,
+                                 *(_block(*block, chunks, size) for block in blocks))
+
+
+def _block(scores: torch.Tensor, grads: torch.Tensor, keys: torch.Tensor, chunks: int,
+           size: int) -> Block:
+    """The `Block` of negatives' scores [chunks, size, M] (checked)."""
+    _expect(scores, torch.float32, 3, "scores")
+    _expect(grads, torch.float32, 3, "score gradients")
+    _expect(keys, torch.int64, 2, "negative keys")
+    width = scores.shape[2]
+    if scores.shape[:2] != (chunks, size) or grads.shape != scores.shape \
+            or keys.shape != (chunks, width):
+        raise ValueError(f"negative block of scores {tuple(scores.shape)}, gradients "
+                         f"{tuple(grads.shape)}, keys {tuple(keys.shape)} for {chunks} "
+                         f"chunks of {size}")
+    return Block(scores=scores.data_ptr(), score_strides=scores.stride(),
+                 grads=grads.data_ptr(), grad_strides=grads.stride(), keys=keys.data_ptr(),
+                 key_strides=keys.stride(), width=width)
 
 
 def ranking_chunks(margin: float, weight: float, num_edges: int, lhs: torch.Tensor,
@@ -138,9 +173,12 @@ def ranking_chunks(margin: float, weight: float, num_edges: int, lhs: torch.Tens
     tensors = (lhs, rhs, lhs_grad, rhs_grad, lhs_keys, rhs_keys, grad_sums)
     if not all(tensor.is_contiguous() for tensor in tensors):
         raise ValueError("ranking_chunks needs contiguous tensors")
-    return _kernels.ranking_chunks(
-        float(margin), float(weight), chunks, num_pos, num_edges, lhs_width - num_pos,
-        rhs_width - num_pos, dim, *(tensor.data_ptr() for tensor in tensors))
+    batch = Batch(chunks=chunks, size=num_pos, edges=num_edges, dim=dim)
+    lhs_side = Side(rows=lhs.data_ptr(), keys=lhs_keys.data_ptr(), grads=lhs_grad.data_ptr(),
+                    grad_sum=grad_sums[0].data_ptr(), extra=lhs_width - num_pos)
+    rhs_side = Side(rows=rhs.data_ptr(), keys=rhs_keys.data_ptr(), grads=rhs_grad.data_ptr(),
+                    grad_sum=grad_sums[1].data_ptr(), extra=rhs_width - num_pos)
+    return _kernels.ranking_chunks(float(margin), float(weight), batch, lhs_side, rhs_side)
 
 
 def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
