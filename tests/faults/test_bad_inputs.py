@@ -146,6 +146,11 @@ def replace_dataset(dataset: str, values: np.ndarray) -> Callable[[h5py.File], N
     return edit
 
 
+def embeddings_of_shape(rows: int, dimension: int) -> Prepare:
+    """The first partition's checkpointed embeddings replaced by zeros of another shape."""
+    return h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((rows, dimension), np.float32)))
+
+
 def both(*steps: Prepare) -> Prepare:
     def prepare(root: Path) -> None:
         for step in steps:
@@ -309,18 +314,14 @@ ROWS: dict[str, BadInput] = {
                                      truncate(CKPT_EMB, 200)),
     "embeddings truncated in eval": BadInput(EVAL, "embeddings_node_0.v4.h5",
                                              truncate(CKPT_EMB, 200)),
-    "embeddings of the wrong dimension": BadInput(
-        TRAIN_MORE, "embeddings_node_0.v4.h5",
-        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((30, 5), np.float32)))),
-    "embeddings with too few rows in eval": BadInput(
-        EVAL, "embeddings_node_0.v4.h5",
-        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((3, 8), np.float32)))),
-    "embeddings with too few rows in export": BadInput(
-        EXPORT, "embeddings_node_0.v4.h5",
-        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((3, 8), np.float32)))),
-    "embeddings of the wrong dimension in export": BadInput(
-        EXPORT, "embeddings_node_0.v4.h5",
-        h5(CKPT_EMB, replace_dataset("embeddings", np.zeros((30, 5), np.float32)))),
+    "embeddings of the wrong dimension": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",
+                                                  embeddings_of_shape(30, 5)),
+    "embeddings with too few rows in eval": BadInput(EVAL, "embeddings_node_0.v4.h5",
+                                                     embeddings_of_shape(3, 8)),
+    "embeddings with too few rows in export": BadInput(EXPORT, "embeddings_node_0.v4.h5",
+                                                       embeddings_of_shape(3, 8)),
+    "embeddings of the wrong dimension in export": BadInput(EXPORT, "embeddings_node_0.v4.h5",
+                                                            embeddings_of_shape(30, 5)),
     "embeddings file missing": BadInput(EVAL, "embeddings_node_1.v4.h5",
                                         delete("ckpt/embeddings_node_1.v4.h5")),
     "model file missing": BadInput(EVAL, "model.v4.h5", delete(CKPT_MODEL)),
