@@ -22,8 +22,9 @@ demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a fe
 test: $(VENV)/.dev  ## the whole test suite
 	$(BIN)/python -m pytest
 
-lint: $(VENV)/.dev
+lint: $(VENV)/.dev  ## ruff and mypy (mypy's files: pyproject.toml's [tool.mypy])
 	$(BIN)/ruff check trainer operator tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) demo-output
