@@ -71,8 +71,8 @@ def job_object(spec: dict[str, Any] | None = None, *, name: str = "demo", genera
 
 def pod_object(  # noqa: PLR0913 (keyword-only options, each a field of the pod)
         name: str, *, role: str = "trainer", run: int = 1, phase: str = "Running",
-               exit_code: int | None = None, message: str = "", reason: str | None = None,
-               waiting: tuple[str, str] | None = None, deleting: bool = False) -> dict[str, Any]:
+        exit_code: int | None = None, message: str = "", reason: str | None = None,
+        waiting: tuple[str, str] | None = None, deleting: bool = False) -> dict[str, Any]:
     """A pod as the API returns it, reduced to what the operator reads."""
     state: dict[str, Any] = {}
     if exit_code is not None:
