@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Both create a virtual environment in .venv and install Tessera into it (editable).
+# Both create a virtual environment in .venv and install Tessera into it (editable), with the
+# tested versions of its dependencies (constraints.txt).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,13 +8,13 @@ BIN := $(abspath $(VENV))/bin
 
 .PHONY: demo test lint clean
 
-$(VENV)/.trainer: pyproject.toml
+$(VENV)/.trainer: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e ".[trainer]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[trainer]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.trainer
-	$(BIN)/pip install --quiet -e ".[trainer,operator,dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[trainer,operator,dev]"
 	touch $@
 
 demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a few minutes)
