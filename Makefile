@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Both create a virtual environment in .venv and install Tessera into it (editable).
+# Both create a virtual environment in .venv and install Tessera into it (editable), with the
+# tested versions of its dependencies (constraints.txt).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,13 +8,13 @@ BIN := $(abspath $(VENV))/bin
 
 .PHONY: demo test lint clean
 
-$(VENV)/.trainer: pyproject.toml
+$(VENV)/.trainer: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -e ".[trainer]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[trainer]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.trainer
-	$(BIN)/pip install --quiet -e ".[trainer,operator,dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[trainer,operator,dev]"
 	touch $@
 
 demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a few minutes)
@@ -22,8 +23,9 @@ demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a fe
 test: $(VENV)/.dev  ## the whole test suite
 	$(BIN)/python -m pytest
 
-lint: $(VENV)/.dev
+lint: $(VENV)/.dev  ## ruff and mypy (mypy's files: pyproject.toml's [tool.mypy])
 	$(BIN)/ruff check trainer operator tests bench
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) demo-output

@@ -86,6 +86,9 @@ def _said(problem: BaseException) -> str:
 def connection_info(login: Login) -> kopf.ConnectionInfo:
     """The same credentials as kopf wants them, for its own watches."""
     configuration = login.configuration
+    if not configuration.host:
+        raise CredentialsError(f"{login.source}: no API server address; name the cluster's "
+                               "`server` in it")
     # "Bearer <token>" (tokens, token files, exec plugins, service accounts) or "Basic <b64>"
     scheme, _, token = (configuration.api_key.get("BearerToken") or "").partition(" ")
     return kopf.ConnectionInfo(

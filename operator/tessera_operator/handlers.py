@@ -76,7 +76,9 @@ def _wakeup(memo: kopf.Memo, namespace: str, name: str) -> asyncio.Event:
     return memo.wakeups.setdefault((namespace, name), asyncio.Event())
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=1.0)
+# The handlers' `type: ignore`: kopf's callback types allow a None `namespace` (for
+# cluster-scoped kinds); EmbeddingJobs and pods are namespaced, so ours take a str.
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=1.0)  # type: ignore[arg-type]
 async def run_job(name: str, namespace: str, **kwargs: Any) -> None:
     try:
         await reconcile_forever(name, namespace, **kwargs)
@@ -106,12 +108,12 @@ async def reconcile_forever(name: str, namespace: str, memo: kopf.Memo,
             pass
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]
 def job_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     _wakeup(memo, namespace, name).set()
 
 
-@kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})
+@kopf.on.event("", "v1", "pods", labels={LABEL_JOB: kopf.PRESENT})  # type: ignore[arg-type]
 def pod_changed(labels: Mapping[str, str], namespace: str, memo: kopf.Memo, **_: Any) -> None:
     _wakeup(memo, namespace, labels[LABEL_JOB]).set()
 
@@ -142,8 +144,9 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
             await api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod}", ok=(404,))
     if action.event_type:
         body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": job["metadata"]}
-        kopf.event(body, type=action.event_type, reason=action.reason or action.kind.value,
-                   message=action.message)
+        # kopf reads any mapping here; its type names its own Body view of a watched object.
+        kopf.event(body, type=action.event_type,  # type: ignore[arg-type]
+                   reason=action.reason or action.kind.value, message=action.message)
     if action.kind is ActionKind.DELETE_JOB:
         await api.call("DELETE", _job_path(namespace, name), ok=(404,))
     metrics.reconciled(namespace, name, status["phase"], action)

@@ -69,9 +69,10 @@ def job_object(spec: dict[str, Any] | None = None, *, name: str = "demo", genera
     return job
 
 
-def pod_object(name: str, *, role: str = "trainer", run: int = 1, phase: str = "Running",
-               exit_code: int | None = None, message: str = "", reason: str | None = None,
-               waiting: tuple[str, str] | None = None, deleting: bool = False) -> dict[str, Any]:
+def pod_object(  # noqa: PLR0913 (keyword-only options, each a field of the pod)
+        name: str, *, role: str = "trainer", run: int = 1, phase: str = "Running",
+        exit_code: int | None = None, message: str = "", reason: str | None = None,
+        waiting: tuple[str, str] | None = None, deleting: bool = False) -> dict[str, Any]:
     """A pod as the API returns it, reduced to what the operator reads."""
     state: dict[str, Any] = {}
     if exit_code is not None:

@@ -18,7 +18,7 @@ import yaml
 from e2e.pki import Pki
 from e2e.real_cluster import exec_credential, write_kubeconfig
 
-from tessera_operator.connection import connection_info, load_login
+from tessera_operator.connection import CredentialsError, connection_info, load_login
 
 SERVER = "https://127.0.0.1:6443"
 
@@ -95,3 +95,10 @@ def test_unusable_credentials_stop_the_operator_with_one_line(
     assert done.returncode == 65
     assert done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
     assert done.stderr.startswith("python -m tessera_operator: error: ")
+
+
+def test_a_kubeconfig_with_an_empty_server_is_refused_with_its_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found = login_with(monkeypatch, tmp_path / "config", {"token": "t"}, {"server": ""})
+    with pytest.raises(CredentialsError, match=r"kubeconfig .*config: no API server address"):
+        connection_info(found)

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from support.planted import write_planted_graph
 from support.ports import free_port
 from support.prometheus import Samples, scrape, value
@@ -48,6 +49,7 @@ def series(scrapes: list[Samples], name: str) -> list[float]:
     return [found for samples in scrapes if (found := value(samples, name)) is not None]
 
 
+@pytest.mark.slow
 def test_a_training_process_serves_metrics_that_follow_its_run(tmp_path: Path) -> None:
     port = free_port()
     process = start_training(tmp_path, "--metrics-port", f"127.0.0.1:{port}",

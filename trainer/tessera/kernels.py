@@ -139,10 +139,10 @@ def _block(scores: torch.Tensor, grads: torch.Tensor, keys: torch.Tensor, chunks
                  key_strides=keys.stride(), width=width)
 
 
-def ranking_chunks(margin: float, weight: float, num_edges: int, lhs: torch.Tensor,
-                   rhs: torch.Tensor, lhs_grad: torch.Tensor, rhs_grad: torch.Tensor,
-                   lhs_keys: torch.Tensor, rhs_keys: torch.Tensor, num_pos: int,
-                   grad_sums: torch.Tensor) -> float:
+def ranking_chunks(  # noqa: PLR0913 (the C entry point's operands; bench/ calls it so)
+        margin: float, weight: float, num_edges: int, lhs: torch.Tensor, rhs: torch.Tensor,
+        lhs_grad: torch.Tensor, rhs_grad: torch.Tensor, lhs_keys: torch.Tensor,
+        rhs_keys: torch.Tensor, num_pos: int, grad_sums: torch.Tensor) -> float:
     """The ranking loss of a batch whose two sides both use batch negatives, and its
     gradients w.r.t. both sides' prepared embeddings, one chunk at a time so that a chunk's
     scores and gradients stay in cache from the first matrix product to the last.

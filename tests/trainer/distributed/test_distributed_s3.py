@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import fsspec
+import pytest
 from cluster_support import check_no_partition_held_twice, run_cluster, write_config
 from support.planted import write_planted_graph
 
@@ -15,6 +16,7 @@ from tessera.storage.fs import Directory
 NUM_EPOCHS = 3
 
 
+@pytest.mark.slow
 def test_every_role_reads_and_writes_s3(s3_dir, tmp_path: Path) -> None:
     graph = write_planted_graph(tmp_path / "graph", 4, num_edges=4000)
     filesystem = fsspec.filesystem("s3", **s3_dir.storage_options)

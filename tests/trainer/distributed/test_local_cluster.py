@@ -136,6 +136,7 @@ def kill_trainer_after_checkpoint(command: list[str], version: int) -> tuple[int
     return process.returncode, time.monotonic() - killed_at, RoleLogs(lines)
 
 
+@pytest.mark.slow
 def test_a_killed_trainer_stops_the_job_and_the_restart_resumes_from_the_checkpoint(
         graph: PlantedGraph, tmp_path: Path) -> None:
     epochs = 10

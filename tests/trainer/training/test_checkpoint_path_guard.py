@@ -144,6 +144,7 @@ def test_the_rerun_of_a_killed_run_takes_its_lease_over_at_once(tmp_path: Path) 
     assert committed_version(checkpoints) == 4 * 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_a_lease_from_another_host_blocks_training_until_it_expires_but_not_eval(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
@@ -183,6 +184,7 @@ def test_a_lease_from_another_host_blocks_training_until_it_expires_but_not_eval
     assert LEASE_FILE not in store.directory.listdir()
 
 
+@pytest.mark.slow
 def test_a_run_whose_lease_was_taken_over_stops_at_its_next_heartbeat(tmp_path: Path) -> None:
     graph, config_path = small_run(tmp_path, num_epochs=500)
     checkpoints = Path(graph.config()["checkpoint_path"])

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import h5py
+import pytest
 from support.planted import write_planted_graph
 
 from tessera.storage.checkpoint import CheckpointStore
@@ -63,6 +64,7 @@ def writing_a_file(checkpoints: Path) -> bool:
     return checkpoints.exists() and any(p.name.endswith(".tmp") for p in checkpoints.iterdir())
 
 
+@pytest.mark.slow
 def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
     graph = write_planted_graph(tmp_path, NUM_PARTITIONS, num_entities=NUM_ENTITIES,
                                 num_communities=50, num_edges=40_000)

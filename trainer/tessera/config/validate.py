@@ -79,7 +79,7 @@ def _parse_value(hint: Any, value: Any, path: str) -> Any:
         if args[1] is Any:
             return dict(value)
         return {str(k): _parse_value(args[1], v, _join(path, str(k))) for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _parse_dataclass(hint, value, path)
     return _parse_scalar(hint, value, path)
 
