@@ -46,17 +46,19 @@ class BucketOutcome:
                 "seconds": self.seconds}
 
 
+@dataclass(eq=False)
 class BucketTrainer:
     """Trains bucket chunks with a pool of Hogwild workers (or inline with one worker)."""
 
-    def __init__(self, config: ConfigSchema, data: GraphData, state: ModelState,
-                 pool: Pool | None, num_workers: int, num_chunks: int) -> None:
-        self.config = config
-        self.data = data
-        self.state = state
-        self.pool = pool
-        self.num_workers = num_workers
-        self.num_chunks = num_chunks
+    config: ConfigSchema
+    data: GraphData
+    state: ModelState
+    pool: Pool | None
+    num_workers: int
+    num_chunks: int
+
+    def __post_init__(self) -> None:
+        config = self.config
         self.settings = BatchSettings(
             batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
             num_uniform_negs=config.num_uniform_negs,

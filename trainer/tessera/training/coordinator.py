@@ -330,19 +330,43 @@ class ScheduledBuckets:
         return self.last
 
 
+class EarlyStopping:
+    """PBG's early_stopping: stop after an epoch whose mean held-out loss is above the
+    previous epoch's (needs eval_fraction > 0; without held-out edges it never stops)."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.previous: float | None = None
+
+    def add(self, outcomes: list[BucketOutcome]) -> None:
+        self.add_losses([o.eval_after["loss"] for o in outcomes
+                         if o.eval_after and "loss" in o.eval_after])
+
+    def add_losses(self, losses: Iterable[float]) -> None:
+        """Held-out losses of buckets trained in the current epoch."""
+        self.losses += list(losses)
+
+    def epoch_ended(self) -> bool:
+        """Close the epoch; True if training should stop."""
+        if not self.losses:
+            return False
+        mean = sum(self.losses) / len(self.losses)
+        worse = self.previous is not None and mean > self.previous
+        self.previous, self.losses = mean, []
+        return worse
+
+
+@dataclass(eq=False)
 class LocalCheckpointer:
     """One machine: write the held and swapped-out partitions and the model, then commit."""
 
-    def __init__(self, config: ConfigSchema, schedule: TrainingSchedule,
-                 store: CheckpointStore, holder: PartitionHolder, state: ModelState,
-                 reporter: Reporter) -> None:
-        self.config = config
-        self.schedule = schedule
-        self.store = store
-        self.holder = holder
-        self.state = state
-        self.reporter = reporter
-        self.early_stopping = EarlyStopping()
+    config: ConfigSchema
+    schedule: TrainingSchedule
+    store: CheckpointStore
+    holder: PartitionHolder
+    state: ModelState
+    reporter: Reporter
+    early_stopping: EarlyStopping = field(default_factory=EarlyStopping, init=False)
 
     @property
     def committed_version(self) -> int:
@@ -399,28 +423,3 @@ def report_early_stop(reporter: Reporter, position: ChunkPosition) -> None:
     """The event that says early stopping ended the run after `position`'s epoch."""
     reporter.event("early stopping: the held-out loss went up", epoch=position.epoch_idx + 1)
 
-
-class EarlyStopping:
-    """PBG's early_stopping: stop after an epoch whose mean held-out loss is above the
-    previous epoch's (needs eval_fraction > 0; without held-out edges it never stops)."""
-
-    def __init__(self) -> None:
-        self.losses: list[float] = []
-        self.previous: float | None = None
-
-    def add(self, outcomes: list[BucketOutcome]) -> None:
-        self.add_losses([o.eval_after["loss"] for o in outcomes
-                         if o.eval_after and "loss" in o.eval_after])
-
-    def add_losses(self, losses: Iterable[float]) -> None:
-        """Held-out losses of buckets trained in the current epoch."""
-        self.losses += list(losses)
-
-    def epoch_ended(self) -> bool:
-        """Close the epoch; True if training should stop."""
-        if not self.losses:
-            return False
-        mean = sum(self.losses) / len(self.losses)
-        worse = self.previous is not None and mean > self.previous
-        self.previous, self.losses = mean, []
-        return worse
