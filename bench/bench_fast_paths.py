@@ -71,14 +71,16 @@ def spread(values: list[float], style: str) -> str:
 def print_rows(rows: list[Row], repeats: int) -> None:
     print(f"\nMedians of {repeats} alternating runs (min-max in brackets):\n")
     print("| fast path | workload | quantity | Tessera | alternative | alternative's | "
-          "Tessera / alternative |")
+          "Tessera / alternative (median of pairs, min-max) |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        ratio = (f"{statistics.median(row.ours) / statistics.median(row.theirs):.2f}"
-                 if row.ours and row.theirs and statistics.median(row.theirs) else "n/a")
+        # Each repeat's pair ran back to back, so its ratio is the least touched by drift.
+        ratios = [ours / theirs for ours, theirs in zip(row.ours, row.theirs) if theirs]
+        complete = len(row.ours) == len(row.theirs)
         print(f"| {row.fast_path} | {row.workload} | {row.quantity} | "
               f"{spread(row.ours, row.style)} | {row.alternative_name} | "
-              f"{spread(row.theirs, row.style)} | {ratio} |")
+              f"{spread(row.theirs, row.style)} | "
+              f"{spread(ratios, '.2f') if complete else 'n/a (a run failed)'} |")
 
 
 def alternate(repeats: int, first: Callable[[], float | None],
