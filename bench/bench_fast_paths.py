@@ -253,7 +253,8 @@ def encode_with_arrow(chunks: Any) -> int:
 
 
 def encode_with_pandas(chunks: Any) -> int:
-    import pandas as pd
+    # pandas is no dependency of Tessera: compared only where it happens to be installed.
+    pd = importlib.import_module("pandas")
 
     # factorize keeps no table between calls, so all blocks go in one call, as Python
     # strings (the conversion is part of the cost of using it on Arrow blocks).

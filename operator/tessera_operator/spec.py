@@ -17,6 +17,7 @@ imagePullSecrets) are kept as plain JSON values; the builders copy them before u
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -28,7 +29,7 @@ from tessera.config import ConfigSchema, parse_config
 from tessera.config.validate import did_you_mean
 from tessera.errors import ConfigError
 
-from .crd import GROUP, VERSION
+from .crd import GROUP, VERSION, spec_schema
 from .redaction import has_credentials_in_url
 from .spec_fields import (
     IMAGE,
@@ -42,9 +43,6 @@ from .spec_fields import (
 
 API_VERSION = f"{GROUP}/{VERSION}"
 
-SPEC_FIELDS = ("image", "imagePullPolicy", "imagePullSecrets", "config", "trainers",
-               "partitionServers", "lockServer", "nodeSelector", "tolerations", "affinity",
-               "storage", "runPolicy")
 DEFAULT_BACKOFF_LIMIT: int = RUN_POLICY["backoffLimit"].default
 
 # Config keys that the operator sets from the rest of the spec; a config may repeat them only
@@ -136,7 +134,7 @@ def _fingerprint(value: Any) -> str:
 def parse_spec(raw: Any) -> EmbeddingJobSpec:
     """Check an EmbeddingJob's `spec` mapping; raise ConfigError naming `spec.<field>`."""
     spec = _mapping(raw, "spec")
-    _check_keys(spec, SPEC_FIELDS, "spec")
+    _check_keys(spec, _schema_keys(), "spec")
     trainers = _role(spec, "trainers", TRAINER_REPLICAS)
     partition_servers = _role(spec, "partitionServers", PARTITION_SERVER_REPLICAS)
     return EmbeddingJobSpec(
@@ -213,15 +211,14 @@ def _role(spec: Mapping[str, Any], name: str, replicas_field: Field | None) -> R
     """A role's pods; `replicas_field` None: always one pod (the lock server)."""
     path = f"spec.{name}"
     raw = _mapping(spec.get(name, {}), path)
-    allowed = ("resources",) if replicas_field is None else ("replicas", "resources")
-    _check_keys(raw, allowed, path)
+    _check_keys(raw, _schema_keys(name), path)
     replicas = 1 if replicas_field is None else replicas_field.parse(raw, "replicas", path)
     return RoleSpec(replicas, _resources(raw.get("resources", {}), f"{path}.resources"))
 
 
 def _resources(raw: Any, path: str) -> dict[str, Any]:
     resources = _mapping(raw, path)
-    _check_keys(resources, ("requests", "limits"), path)
+    _check_keys(resources, _schema_keys(*path.split(".")[1:]), path)
     for kind, quantities in resources.items():
         for resource, quantity in _mapping(quantities, f"{path}.{kind}").items():
             if isinstance(quantity, bool) or not _QUANTITY.match(str(quantity)):
@@ -246,7 +243,7 @@ def _node_selector(raw: Any) -> dict[str, str]:
 
 
 def _tolerations(raw: Any) -> tuple[dict[str, Any], ...]:
-    keys = ("key", "operator", "value", "effect", "tolerationSeconds")
+    keys = _schema_keys("tolerations", "[]")
     tolerations = []
     for i, item in enumerate(_list(raw, "spec.tolerations")):
         toleration = _mapping(item, f"spec.tolerations[{i}]")
@@ -257,13 +254,13 @@ def _tolerations(raw: Any) -> tuple[dict[str, Any], ...]:
 
 def _affinity(raw: Any) -> dict[str, Any]:
     affinity = _mapping(raw, "spec.affinity")
-    _check_keys(affinity, ("nodeAffinity", "podAffinity", "podAntiAffinity"), "spec.affinity")
+    _check_keys(affinity, _schema_keys("affinity"), "spec.affinity")
     return dict(affinity)
 
 
 def _storage(raw: Any) -> StorageSpec:
     storage = _mapping(raw, "spec.storage")
-    _check_keys(storage, ("secretRef", "endpoint"), "spec.storage")
+    _check_keys(storage, _schema_keys("storage"), "spec.storage")
     secret = storage.get("secretRef")
     endpoint = storage.get("endpoint")
     if endpoint is not None:
@@ -279,7 +276,7 @@ def _storage(raw: Any) -> StorageSpec:
 
 def _secret_name(raw: Any, path: str) -> str:
     reference = _mapping(raw, path)
-    _check_keys(reference, ("name",), path)
+    _check_keys(reference, ("name",), path)  # a LocalObjectReference, as Kubernetes has it
     name = SECRET_NAME.parse(reference, "name", path)
     if not _DNS_SUBDOMAIN.match(name):
         raise ConfigError(f"{path}.name", f"{name!r} is not a valid Secret name")
@@ -299,6 +296,16 @@ def _run_policy(raw: Any) -> RunPolicy:
 
 
 # --- small checks, each naming its path ------------------------------------------------------
+
+@functools.cache
+def _schema_keys(*path: str) -> tuple[str, ...]:
+    """The fields the CRD's schema declares under `spec.<path>` ("[]": a list's items): one
+    declaration serves the API server's validation and the operator's own check."""
+    node = spec_schema()
+    for name in path:
+        node = node["items"] if name == "[]" else node["properties"][name]
+    return tuple(node["properties"])
+
 
 def _mapping(raw: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
