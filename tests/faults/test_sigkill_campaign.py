@@ -18,12 +18,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import pytest
+from support.kills import wait_for, writing_a_file
 from support.planted import write_planted_graph
 
 KILLS = 24
@@ -84,34 +84,19 @@ def first_commit(log: str) -> tuple[int, tuple[int, int]] | None:
     return None
 
 
-def writing_a_file(checkpoints: Path, prefixes: tuple[str, ...] = (".",)) -> bool:
-    """Whether a file is being written (its temporary file, `.NAME.XXXX.tmp`, exists)."""
-    return checkpoints.exists() and any(name.endswith(".tmp") and name.startswith(prefixes)
-                                        for name in os.listdir(checkpoints))
-
-
-def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str]) -> bool:
-    """Poll until `condition` holds (True) or the run exits first (False)."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    while not condition():
-        if process.poll() is not None:
-            return False
-        assert time.monotonic() < deadline, "the run made no progress in time"
-        time.sleep(0.002)
-    return True
-
-
 def kill_at_a_random_moment(process: subprocess.Popen[str], checkpoints: Path,
                             rng: random.Random) -> bool | None:
     """Kill the run's process group; whether a file was being written (None: it ended first)."""
     moment = rng.choice(["during a write", "during a commit", "after a commit", "any time"])
     if moment == "during a write":
-        alive = wait_for(lambda: writing_a_file(checkpoints), process)
+        alive = wait_for(lambda: writing_a_file(checkpoints), process, RUN_TIMEOUT_S)
     elif moment == "during a commit":  # the version file being replaced
-        alive = wait_for(lambda: writing_a_file(checkpoints, COMMIT_FILES), process)
+        alive = wait_for(lambda: writing_a_file(checkpoints, COMMIT_FILES), process,
+                         RUN_TIMEOUT_S)
     elif moment == "after a commit":
         start = committed_version(checkpoints)
-        alive = wait_for(lambda: committed_version(checkpoints) > start, process)
+        alive = wait_for(lambda: committed_version(checkpoints) > start, process,
+                         RUN_TIMEOUT_S)
         time.sleep(rng.uniform(0.0, 0.3))
     else:
         time.sleep(rng.uniform(0.0, 4.0))

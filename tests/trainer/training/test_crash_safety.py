@@ -12,11 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import h5py
 import pytest
+from support.kills import wait_for, writing_a_file
 from support.planted import write_planted_graph
 
 from tessera.storage.checkpoint import CheckpointStore
@@ -27,6 +27,7 @@ DIMENSION = 64
 NUM_PARTITIONS = 2
 NUM_EPOCHS = 3
 NUM_CHUNKS = 4
+RUN_TIMEOUT_S = 120.0
 
 
 def check_committed_checkpoint_is_readable(checkpoints: Path) -> int:
@@ -46,24 +47,6 @@ def check_committed_checkpoint_is_readable(checkpoints: Path) -> int:
     return version
 
 
-def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str],
-             timeout: float = 120.0) -> bool:
-    """Poll until `condition` holds (True) or the process exits first (False)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        if process.poll() is not None:
-            return False
-        time.sleep(0.002)
-    raise AssertionError("the training run made no progress in time")
-
-
-def writing_a_file(checkpoints: Path) -> bool:
-    """True while a checkpoint file is being written (its temporary file exists)."""
-    return checkpoints.exists() and any(p.name.endswith(".tmp") for p in checkpoints.iterdir())
-
-
 @pytest.mark.slow
 def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
     graph = write_planted_graph(tmp_path, NUM_PARTITIONS, num_entities=NUM_ENTITIES,
@@ -80,10 +63,11 @@ def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
     for attempt in range(6):
         process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
         if attempt % 2 == 0:  # the moment a checkpoint file is being written
-            alive = wait_for(lambda: writing_a_file(checkpoints), process)
+            alive = wait_for(lambda: writing_a_file(checkpoints), process, RUN_TIMEOUT_S)
         else:  # a random moment after the run has committed something new
             # Only the version is read here: the run deletes older files as it goes.
-            alive = wait_for(lambda last=versions[-1]: store.current_version() > last, process)
+            alive = wait_for(lambda last=versions[-1]: store.current_version() > last,
+                             process, RUN_TIMEOUT_S)
             time.sleep(rng.uniform(0.0, 0.5))
         if not alive or process.poll() is not None:
             break

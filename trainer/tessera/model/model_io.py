@@ -60,6 +60,9 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
 
     `origin` is the config key `store` comes from (CHECKPOINT_PATH or INIT_PATH).
     """
+    if version is None:  # resolved once: the same version is read and named in messages
+        version = store.current_version()
+    url = store.directory.url_of(model_file(version))
     params, blob = store.read_model(version)
     state = {key: torch.from_numpy(np.asarray(array)) for key, array in params.values()}
     expected = model.state_dict()
@@ -67,12 +70,12 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
     if differences:
         shown = "; ".join(differences[:_DIFFERENCES_SHOWN])
         more = len(differences) - _DIFFERENCES_SHOWN
-        raise FormatError(_model_url(store, version),
+        raise FormatError(url,
                           f"does not fit this config: {shown}"
                           f"{f' (and {more} more)' if more > 0 else ''}; {_REMEDIES[origin]}")
     model.load_state_dict({key: state[key] for key in expected})
     if optimizer is not None and blob is not None:
-        saved = load_optimizer_state(blob, _model_url(store, version))
+        saved = load_optimizer_state(blob, url)
         try:
             optimizer.load_state_dict(saved)
         except BadInputError:
@@ -92,12 +95,6 @@ def load_optimizer_state(blob: bytes, url: str) -> Any:
                                f"({type(error).__name__}); restore this file from a copy, or "
                                "delete the dataset to restart the optimizer's "
                                "accumulators") from None
-
-
-def _model_url(store: CheckpointStore, version: int | None) -> str:
-    """The model file's URL, for messages (`version` None: the committed one)."""
-    return store.directory.url_of(
-        model_file(store.current_version() if version is None else version))
 
 
 def _dimension_change(mismatches: list[tuple[tuple[int, ...], tuple[int, ...]]]) -> list[str]:

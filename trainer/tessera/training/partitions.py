@@ -85,7 +85,7 @@ class PartitionLoader:
         if version > 0:
             source, source_version = self.checkpoint, version
         elif self.init is not None:
-            source, source_version = self.init, None
+            source, source_version = self.init, self.init.current_version()
         else:
             return self._fresh(entity, part, count)
         table = empty_for_workers(count, self.config.entity_dimension(entity))
@@ -93,9 +93,8 @@ class PartitionLoader:
                                          dimension=table.shape[1], out=table.numpy())
         if blob is None:
             return Partition(table, torch.zeros(count))
-        read_version = source.current_version() if source_version is None else source_version
         row_sum = deserialize_row_state(
-            blob, count, source.directory.url_of(embeddings_file(entity, part, read_version)))
+            blob, count, source.directory.url_of(embeddings_file(entity, part, source_version)))
         return Partition(table, torch.zeros(count) if row_sum is None else row_sum)
 
     def write(self, key: PartitionKey, partition: Partition, version: int,
