@@ -139,7 +139,19 @@ def _add_import(commands: Any) -> None:
                         help="drop entities seen fewer times, with their edges")
     parser.add_argument("--relation-type-min-count", type=int, default=1,
                         help="with dynamic relations, drop rarer relation types")
+    parser.add_argument("--features", action="append", type=_type_and_file, default=[],
+                        metavar="TYPE=FILE",
+                        help="the features of featurized entity type TYPE: one "
+                        "'entity<TAB>feature' row per feature of each entity (repeat for "
+                        "each featurized type)")
     parser.set_defaults(run=_run_import)
+
+
+def _type_and_file(value: str) -> tuple[str, str]:
+    entity_type, equals, url = value.partition("=")
+    if not equals or not entity_type or not url:
+        raise argparse.ArgumentTypeError(f"expected TYPE=FILE, got {value!r}")
+    return entity_type, url
 
 
 def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
@@ -150,7 +162,8 @@ def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
         input_format=args.input_format, delimiter=args.delimiter, skip_rows=args.skip_rows,
         partitioning=args.partitioning, seed=args.seed,
         entity_min_count=args.entity_min_count,
-        relation_type_min_count=args.relation_type_min_count)
+        relation_type_min_count=args.relation_type_min_count,
+        entity_features=dict(args.features))
     import_edges(_load(args), args.inputs, options, reporter)
     return 0
 

@@ -4,7 +4,8 @@ Two passes, PBG's importer made vectorised and streaming: the first reads every 
 and builds the name dictionaries (spilling each edge as ids to a local file), then entities
 are laid out in partitions and the entity files written, then the second pass writes the
 buckets of each input from the spilled ids. Memory holds the dictionaries and one block at a
-time, never the edge list. If anything fails, every file this import published is deleted.
+time, never the edge list. Featurized entity types are then turned into bags of features
+(`featurized`). If anything fails, every file this import published is deleted.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..config.schema import ConfigSchema
 from ..progress import Reporter
 from .bucket_pass import num_rounds, write_buckets
 from .dictionary import FingerprintCollision
+from .featurized import featurize, read_feature_tables
 from .layout import Layout, lay_out
 from .name_pass import NameTables, read_names
 from .options import ImportOptions
@@ -34,6 +36,7 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
     """Import one edge list per entry of `config.edge_paths`; see the module docstring."""
     started = time.monotonic()
     plan = plan_import(config, inputs, options)
+    feature_tables = read_feature_tables(plan)
     publication = Publication()
     try:
         with EdgeIdSpill(options.work_dir) as spill:
@@ -46,6 +49,7 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
                 entity_type: sum(layout.placements[entity_type].counts)
                 for entity_type in plan.entity_types})
             written = _write_all_buckets(plan, spill, layout, publication, reporter)
+        featurize(plan, feature_tables, publication, reporter)
     except BaseException:
         publication.undo()
         raise

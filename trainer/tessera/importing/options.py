@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -29,3 +29,6 @@ class ImportOptions:
     # and needs far less memory (10M edges, 1M nodes: ~410 MB peak instead of ~670 MB).
     block_edges: int = 1 << 19
     work_dir: str | None = None  # local directory for the temporary edge ids (default: TMPDIR)
+    # Featurized entity type -> its features file (`entity<TAB>feature` rows; see
+    # features_input), read with the same format, delimiter and skipped rows as the edges.
+    entity_features: dict[str, str] = field(default_factory=dict)

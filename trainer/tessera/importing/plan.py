@@ -16,6 +16,7 @@ from ..config.schema import ConfigSchema
 from ..errors import BadInputError, ConfigError
 from ..storage.fs import Directory
 from .edge_blocks import Columns
+from .featurized_plan import check_featurized
 from .options import ImportOptions
 from .partitioning import PARTITIONINGS
 from .readers import detect_format
@@ -75,7 +76,7 @@ def plan_import(config: ConfigSchema, inputs: Sequence[str],
     entity_types = list(config.entities)
     kind_of = {name: kind for kind, name in enumerate(entity_types)}
     relations = config.relations[:1] if config.dynamic_relations else config.relations
-    _check_not_featurized(config, {side for r in relations for side in (r.lhs, r.rhs)})
+    check_featurized(config, relations, options)
     return ImportPlan(
         inputs=[InputPlan(url, detect_format(url, options.input_format),
                           Directory.from_config(edge_path, config))
@@ -130,11 +131,3 @@ def _check_relations(config: ConfigSchema, options: ImportOptions) -> None:
     if len(config.relations) != 1:
         raise ConfigError("relations", f"{len(config.relations)} relations are declared but no "
                           "relation column (rel_col) was given; give it, or declare one relation")
-
-
-def _check_not_featurized(config: ConfigSchema, used_types: set[str]) -> None:
-    for name in sorted(used_types):
-        if config.entities[name].featurized:
-            raise ConfigError(f"entities.{name}.featurized", "featurized entity types cannot "
-                              "be imported from an edge list (their features are not in it); "
-                              "write their buckets with the storage API instead")

@@ -1,0 +1,108 @@
+"""Featurized entity types, imported into PBG's featurized layout.
+
+The edge lists name featurized entities like any other, so the two passes import them as
+plain entities of one partition first; this step then turns them into bags of features, in
+the files PBG reads (see its featurized-entities documentation):
+
+- `entity_count_{type}_0.txt` counts the type's features and `entity_names_{type}_0.json`
+  names them: the embedding table of a featurized type has one row per feature;
+- each bucket with that type on a side gets `{side}d_offsets` / `{side}d_data`, the features
+  of each edge's entity; its `lhs`/`rhs` column holds the entity's index in
+  `entity_features_{type}.h5` (PBG ignores that column on featurized sides; Tessera's
+  filtered evaluation uses it to know which entity an edge names).
+
+The entities of the type are those of its features file, in its order; an entity of the edge
+lists without a row there is an error, naming it. Buckets are rewritten one block of rows at a
+time, each published whole as it was before.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import BadInputError
+from ..progress import Reporter
+from ..storage.edges import bucket_file, open_bucket_writer, read_bucket, read_bucket_size
+from ..storage.entities import read_entity_names
+from ..storage.entity_features import entity_features_file, write_entity_features
+from ..storage.fs import Directory
+from .features_input import FeatureTable, read_feature_table
+from .plan import ImportPlan
+from .writer import Publication
+
+REWRITE_BLOCK_EDGES = 2**18
+
+
+def read_feature_tables(plan: ImportPlan) -> dict[str, FeatureTable]:
+    """Every featurized type's features file, read before any output is written."""
+    return {entity_type: read_feature_table(url, plan.options, plan.storage_options)
+            for entity_type, url in plan.options.entity_features.items()}
+
+
+def featurize(plan: ImportPlan, tables: dict[str, FeatureTable], publication: Publication,
+              reporter: Reporter) -> None:
+    """Turn the plainly imported featurized types into PBG's featurized layout."""
+    entity_indices = {}
+    for entity_type, table in tables.items():
+        entity_indices[entity_type] = _entity_indices(plan, entity_type, table)
+        _write_entity_files(plan.entity_dir, entity_type, table, publication)
+        reporter.event("import: featurized entities", entity_type=entity_type,
+                       entities=len(table.entities), features=len(table.feature_names))
+    sides = _featurized_sides(plan)
+    if not sides:
+        return
+    for source in plan.inputs:
+        for lhs_part, rhs_part in plan.buckets:
+            _rewrite_bucket(source.edge_dir, lhs_part, rhs_part, sides, tables,
+                            entity_indices, publication)
+
+
+def _entity_indices(plan: ImportPlan, entity_type: str, table: FeatureTable) -> np.ndarray:
+    """For each entity offset of the plain import, its index in the features file."""
+    imported = pa.array(read_entity_names(plan.entity_dir, entity_type, 0), pa.large_string())
+    indices = pc.index_in(imported, value_set=pa.array(table.entities.names, pa.large_string()))
+    if indices.null_count:
+        missing = imported[int(np.flatnonzero(indices.is_null().to_numpy(False))[0])]
+        raise BadInputError(
+            f"{plan.options.entity_features[entity_type]}: entity '{missing}' of featurized "
+            f"type '{entity_type}' is in the edge lists but has no features here; add an "
+            f"'{missing}<TAB>feature' row for each of its features")
+    return indices.to_numpy().astype(np.int64)
+
+
+def _write_entity_files(directory: Directory, entity_type: str, table: FeatureTable,
+                        publication: Publication) -> None:
+    # Replaces the plain import's count and names (already listed in `publication`).
+    publication.write_entity_partition(directory, entity_type, 0, table.feature_names)
+    write_entity_features(directory, entity_type, table.entities)
+    publication.published(directory, entity_features_file(entity_type))
+
+
+def _featurized_sides(plan: ImportPlan) -> dict[str, str]:
+    """Side -> featurized entity type (plan checks made a side all featurized or none)."""
+    sides = {}
+    for side, kinds in (("lhs", plan.lhs_kinds), ("rhs", plan.rhs_kinds)):
+        entity_type = plan.entity_types[int(kinds[0])]
+        if entity_type in plan.options.entity_features:
+            sides[side] = entity_type
+    return sides
+
+
+def _rewrite_bucket(directory: Directory, lhs_part: int, rhs_part: int,
+                    sides: dict[str, str], tables: dict[str, FeatureTable],
+                    entity_indices: dict[str, np.ndarray], publication: Publication) -> None:
+    size = read_bucket_size(directory, lhs_part, rhs_part)
+    with open_bucket_writer(directory, lhs_part, rhs_part) as writer:
+        for start in range(0, max(size, 1), REWRITE_BLOCK_EDGES):  # empty: empty datasets
+            edges = read_bucket(directory, lhs_part, rhs_part, start,
+                                start + REWRITE_BLOCK_EDGES)
+            columns = {"lhs": edges.lhs, "rhs": edges.rhs}
+            features = {}
+            for side, entity_type in sides.items():
+                columns[side] = entity_indices[entity_type][columns[side]]
+                features[f"{side}_features"] = tables[entity_type].entities.features_of(
+                    columns[side])
+            writer.append(edges.rel, columns["lhs"], columns["rhs"], **features)
+    publication.published(directory, bucket_file(lhs_part, rhs_part))
