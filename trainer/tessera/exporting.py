@@ -1,8 +1,9 @@
 """`tessera export`: a checkpoint's embeddings (named) and relation parameters, for other tools.
 
 Embeddings are written one partition at a time, so exporting needs the memory of one
-partition, not of the whole entity type. The output files are published all together or not
-at all.
+partition, not of the whole entity type. A featurized type exports its feature embeddings
+(`feature_embeddings_{type}`) and, computed from them, its entities' (`embeddings_{type}`).
+The output files are published all together or not at all.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import h5py
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
+import torch
 
 from .config import ConfigSchema
 from .errors import BadInputError, ConfigError, FormatError
+from .model.featurized_entities import featurized_entity_embeddings
 from .progress import Reporter
 from .publishing import staged_directory
 from .storage.checkpoint import CheckpointStore
@@ -26,10 +29,17 @@ from .storage.entities import (
     read_entity_names,
     read_relation_names,
 )
+from .storage.entity_features import (
+    EntityFeatures,
+    entity_features_file,
+    has_entity_features,
+    read_entity_features,
+)
 from .storage.fs import Directory
 
 TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
 RELATION_PARAMETERS_FILE = "relation_parameters.tsv"
+ENTITY_BLOCK = 100_000  # featurized entities computed at a time
 
 
 def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
@@ -53,13 +63,21 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
     entity_dir = Directory.from_config(config.entity_path, config)
     counts = read_entity_counts(entity_dir, config)
     target = Directory.from_config(output, config)
-    names = [name for entity in types for name in embedding_files(entity, output_format)]
+    featurized = {entity: has_entity_features(entity_dir, entity)
+                  for entity in types if config.entities[entity].featurized}
+    names = [name for entity in types
+             for name in _files_of(entity, output_format, featurized.get(entity))]
     names.append(RELATION_PARAMETERS_FILE)
     with staged_directory(target, names, overwrite=overwrite) as staging:
         for entity in types:
             partitions = _partitions(store, version, entity_dir, entity, counts[entity],
                                      config.entity_dimension(entity))
-            _write_embeddings(staging, entity, sum(counts[entity]), partitions, output_format)
+            if entity in featurized:
+                _export_featurized(config, staging, entity_dir, entity, partitions,
+                                   output_format, featurized[entity], reporter)
+                continue
+            _write_embeddings(staging, embedding_files(entity, output_format),
+                              sum(counts[entity]), partitions, output_format)
             reporter.event("exported embeddings", entity_type=entity,
                            entities=sum(counts[entity]))
         _write_relation_parameters(config, store, version, entity_dir, staging)
@@ -73,6 +91,49 @@ def embedding_files(entity: str, fmt: str) -> list[str]:
     if fmt == "npy":
         return [f"embeddings_{entity}.npy", f"names_{entity}.txt"]
     return [f"embeddings_{entity}.{fmt}"]
+
+
+def feature_files(entity: str, fmt: str) -> list[str]:
+    """The files a featurized type's feature embeddings are exported to, in one format."""
+    return [f"feature_{name}" for name in embedding_files(entity, fmt)]
+
+
+def _files_of(entity: str, fmt: str, has_entities: bool | None) -> list[str]:
+    """An entity type's output files; `has_entities`: None if the type is not featurized, else
+    whether its entities are known (then they get embedding files besides the features')."""
+    if has_entities is None:
+        return embedding_files(entity, fmt)
+    return (embedding_files(entity, fmt) if has_entities else []) + feature_files(entity, fmt)
+
+
+def _export_featurized(config: ConfigSchema, target: Directory, entity_dir: Directory,
+                       entity: str, partitions: Iterator[tuple[list[str], np.ndarray]],
+                       fmt: str, has_entities: bool, reporter: Reporter) -> None:
+    """The feature embeddings, and each entity's (the mean of its features', as the model
+    computes it) when the import recorded the entities."""
+    feature_names, feature_rows = next(partitions)  # featurized types are unpartitioned
+    _write_embeddings(target, feature_files(entity, fmt), len(feature_rows),
+                      iter([(feature_names, feature_rows)]), fmt)
+    if not has_entities:
+        reporter.event("exported feature embeddings only", entity_type=entity,
+                       features=len(feature_rows), missing=entity_features_file(entity))
+        return
+    entities = read_entity_features(entity_dir, entity, len(feature_rows))
+    _write_embeddings(target, embedding_files(entity, fmt), len(entities),
+                      _entity_blocks(entities, torch.from_numpy(feature_rows), config.max_norm),
+                      fmt)
+    reporter.event("exported embeddings", entity_type=entity, entities=len(entities),
+                   features=len(feature_rows))
+
+
+def _entity_blocks(entities: EntityFeatures, feature_rows: torch.Tensor,
+                   max_norm: float | None) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(names, embeddings) of featurized entities, a block of them at a time."""
+    for first in range(0, len(entities), ENTITY_BLOCK):
+        block = np.arange(first, min(first + ENTITY_BLOCK, len(entities)))
+        offsets, data = entities.features_of(block)
+        embeddings = featurized_entity_embeddings(feature_rows, offsets, data, max_norm)
+        yield entities.names[first:first + len(block)], embeddings.numpy()
 
 
 def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, entity: str,
@@ -97,9 +158,8 @@ def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, ent
         yield names, embeddings
 
 
-def _write_embeddings(target: Directory, entity: str, total: int,
+def _write_embeddings(target: Directory, files: list[str], total: int,
                       partitions: Iterator[tuple[list[str], np.ndarray]], fmt: str) -> None:
-    files = embedding_files(entity, fmt)
     if fmt == "tsv":
         with target.writing(files[0]) as path, open(path, "wb") as file:
             for names, embeddings in partitions:

@@ -5,7 +5,8 @@ scale: PBG's `torchbiggraph_eval` protocol, with the training negative counts
 (`num_batch_negs`, `num_uniform_negs`; the `eval_num_*` counts are for the evaluation during
 training). Filtered mode ranks each edge against every entity of the corrupted side's type,
 and does not count as errors the other true edges found in the filter edge sets: the protocol
-of link-prediction papers. It holds all embeddings of the types involved in memory. The
+of link-prediction papers. It holds all embeddings of the types involved in memory; a
+featurized type's are its entities', each the mean of its features' (see `featurized`). The
 result says in words what was ranked against what, because the two modes' figures differ
 widely: sampled negatives repeat entities (drawn with replacement) and include true edges.
 """
@@ -27,6 +28,8 @@ from ..model import EmbeddingModel
 from ..model.model_io import load_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
+from ..storage.entity_features import EntityFeatures
+from .featurized import entity_tables, featurized_side_ids, read_featurized_entities
 from .filtering import KnownEdges, mask_known
 from .metrics import RankingMetrics
 from .sampled import TablesOf, rank_against_sampled
@@ -109,20 +112,26 @@ def _ranked_against(config: ConfigSchema, data: GraphData, filtered: bool,
 
 def _filtered(config: ConfigSchema, data: GraphData, store: CheckpointStore, version: int,
               filter_paths: list[str], task: Any) -> RankingMetrics:
-    # Every relation scores against all entities; nothing is sampled.
-    all_negs_config = dataclasses.replace(config, relations=[
-        dataclasses.replace(relation, all_negs=True) for relation in config.relations])
-    model = _load_model(all_negs_config, data, store, version)
-    tables = {entity: torch.cat([_read_partition(config, data, store, version, (entity, part))
-                                 for part in range(len(counts))])
-              for entity, counts in data.entity_counts.items()}
+    featurized = read_featurized_entities(data)
+    # Every relation scores against all entities; nothing is sampled. A featurized type is
+    # ranked as a plain one whose rows are its entities' embeddings (from their features).
+    plain_config = dataclasses.replace(
+        config, relations=[dataclasses.replace(relation, all_negs=True)
+                           for relation in config.relations],
+        entities={name: dataclasses.replace(entity, featurized=False)
+                  for name, entity in config.entities.items()})
+    model = _load_model(plain_config, data, store, version)
+    tables = entity_tables(config, {
+        entity: torch.cat([_read_partition(config, data, store, version, (entity, part))
+                           for part in range(len(counts))])
+        for entity, counts in data.entity_counts.items()}, featurized)
     known = KnownEdges.from_edge_sets([
-        _global_edges(GraphData(dataclasses.replace(config, edge_paths=[path])), 0)
+        _global_edges(GraphData(dataclasses.replace(config, edge_paths=[path])), 0, featurized)
         for path in filter_paths])
     metrics = RankingMetrics()
     lhs_types, rhs_types = data.relation_types("lhs"), data.relation_types("rhs")
     for edge_path_idx in range(len(config.edge_paths)):
-        lhs, rel, rhs = _global_edges(data, edge_path_idx)
+        lhs, rel, rhs = _global_edges(data, edge_path_idx, featurized)
         edges = EdgeList.from_ids(torch.from_numpy(rel), torch.from_numpy(lhs),
                                   torch.from_numpy(rhs))
         largest = max(len(t) for t in tables.values())
@@ -151,8 +160,10 @@ def _rank_filtered(result: Any, batch: EdgeList, known: KnownEdges,
         metrics.add(pos, neg)
 
 
-def _global_edges(data: GraphData, edge_path_idx: int) -> tuple[np.ndarray, ...]:
-    """(lhs, rel, rhs) of an edge set with entity ids made global (partition offsets added)."""
+def _global_edges(data: GraphData, edge_path_idx: int,
+                  featurized: dict[str, EntityFeatures]) -> tuple[np.ndarray, ...]:
+    """(lhs, rel, rhs) of an edge set with entity ids made global (partition offsets added);
+    a featurized side's ids are its entities' indices (featurized types are unpartitioned)."""
     offsets = {entity: np.concatenate([[0], np.cumsum(counts)[:-1]])
                for entity, counts in data.entity_counts.items()}
     lhs_types = np.array(data.relation_types("lhs"))
@@ -160,11 +171,12 @@ def _global_edges(data: GraphData, edge_path_idx: int) -> tuple[np.ndarray, ...]
     parts: list[tuple[np.ndarray, ...]] = []
     for bucket in data.bucket_grid():
         edges = data.read_edges(edge_path_idx, bucket)
-        if edges.lhs.is_featurized or edges.rhs.is_featurized:
-            raise BadInputError("filtered evaluation needs plain (not featurized) entities")
+        lhs, rhs = (featurized_side_ids(data, edge_path_idx, bucket, side, entity_list, featurized)
+                    if entity_list.is_featurized else entity_list.ids.numpy()
+                    for side, entity_list in (("lhs", edges.lhs), ("rhs", edges.rhs)))
         rel = edges.rel.numpy()
-        lhs = edges.lhs.ids.numpy() + _offset_of(offsets, lhs_types, rel, bucket.lhs, data)
-        rhs = edges.rhs.ids.numpy() + _offset_of(offsets, rhs_types, rel, bucket.rhs, data)
+        lhs = lhs + _offset_of(offsets, lhs_types, rel, bucket.lhs, data)
+        rhs = rhs + _offset_of(offsets, rhs_types, rel, bucket.rhs, data)
         parts.append((lhs, rel, rhs))
     if not parts:
         return (np.zeros(0, np.int64),) * 3
