@@ -12,6 +12,7 @@ import typing
 import jsonschema
 import pytest
 
+from tessera.cli import main
 from tessera.config import (
     ConfigSchema,
     apply_overrides,
@@ -20,7 +21,7 @@ from tessera.config import (
     parse_config,
 )
 from tessera.config.schema import BucketOrderName
-from tessera.errors import ConfigError
+from tessera.errors import EXIT_BAD_INPUT, ConfigError
 
 MINIMAL = {
     "entities": {"user": {"num_partitions": 4}, "item": {"num_partitions": 1}},
@@ -205,3 +206,28 @@ def test_config_module_does_not_import_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "False"
+
+
+TRANSPORT_KEYS = {"num_groups_for_partition_server": 32,
+                  "num_groups_per_sharded_partition_server": 4, "partition_shard_size": 100}
+
+
+def test_pbg_transport_keys_at_their_defaults_pass_silently() -> None:
+    """PBG configs spell these keys out; at PBG's defaults they are accepted as they are."""
+    defaults = {key: PBG_DEFAULTS[key] for key in TRANSPORT_KEYS}
+    config = parse_config(with_changes(**defaults, num_machines=2, num_partition_servers=4))
+    assert {key: getattr(config, key) for key in TRANSPORT_KEYS} == defaults
+
+
+@pytest.mark.parametrize(("key", "value"), list(TRANSPORT_KEYS.items()))
+def test_pbg_transport_keys_set_otherwise_are_refused_with_the_reason(
+        key: str, value: int, tmp_path: typing.Any, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=rf"^{key}: is {value}, but .*(torch RPC|whole)"):
+        parse_config(with_changes(**{key: value}))
+    # From the command line: exit 65, one line naming the key, what to do, no traceback.
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(with_changes(**{key: value})))
+    assert main(["config", "check", str(path)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert f"{key}: is {value}" in err and "remove the key" in err

@@ -21,8 +21,8 @@ from tessera.vocabulary import Bucket, ChunkPosition
 
 
 def make_service(num_epochs: int = 2, early_stopping: bool = False,
-                 committed_version: int = 0) -> tuple[LockService, io.StringIO]:
-    config = parse_config({
+                 committed_version: int = 0, **overrides: Any) -> tuple[LockService, io.StringIO]:
+    config = parse_config({**overrides,
         "entities": {"node": {"num_partitions": 2}},
         "relations": [{"name": "link", "lhs": "node", "rhs": "node"}],
         "dimension": 4, "num_epochs": num_epochs, "early_stopping": early_stopping,
@@ -172,3 +172,15 @@ def test_after_an_abort_silent_peers_are_waited_for_at_most_the_timeout() -> Non
     assert not liveness.everyone_gone()
     clock.now += 0.2
     assert liveness.everyone_gone()
+
+
+@pytest.mark.parametrize("tree_order", [True, False])
+def test_distributed_tree_init_order_decides_whether_a_fresh_bucket_waits(tree_order) -> None:
+    """PBG's `distributed_tree_init_order`: on a fresh start, trainer 1 may not start on
+    bucket (1, 1), none of whose partitions was trained yet, while trainer 0 holds partition
+    0; without the rule it starts at once."""
+    service, _ = make_service(distributed_tree_init_order=tree_order)
+    first = ChunkPosition(0, 0, 0)
+    assert service.acquire(0, first) == ("bucket", Bucket(0, 0))
+    expected = ("wait", None) if tree_order else ("bucket", Bucket(1, 1))
+    assert service.acquire(1, first) == expected

@@ -161,14 +161,20 @@ class ConfigSchema:
         None, help="torch.distributed rendezvous URL (e.g. tcp://host:port) for distributed "
         "training.")
     distributed_tree_init_order: bool = option(
-        True, help="Initialise partitions in a tree order so that trainers start sooner.")
+        True, help="On a fresh distributed start, train a bucket only once one of its "
+        "partitions was trained (the first bucket excepted), so that every partition starts "
+        "next to trained embeddings; false lets any free bucket start at once.")
     num_gpus: int = option(0, help="Number of GPUs to train on; 0 trains on CPU.", minimum=0)
     num_groups_for_partition_server: int = option(
-        16, help="Number of process groups used to talk to partition servers.", minimum=1)
+        16, help="PBG: torch.distributed process groups for talking to partition servers. "
+        "Tessera moves partitions over torch RPC: only the default is accepted.", minimum=1)
     num_groups_per_sharded_partition_server: int = option(
-        1, help="Number of process groups per sharded partition server.", minimum=1)
+        1, help="PBG: process groups per sharded partition server. Tessera never shards "
+        "partitions: only the default is accepted.", minimum=1)
     partition_shard_size: int = option(
-        250, help="Number of entity rows a partition server transfers at a time.", minimum=1)
+        250, help="PBG: MiB per shard of a partition spread over several partition servers. "
+        "Tessera keeps each partition whole on one server: only the default is accepted.",
+        minimum=1)
     half_precision: bool = option(False, help="Train in float16 (GPU only).")
 
     def to_dict(self) -> dict[str, Any]:

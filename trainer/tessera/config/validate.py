@@ -14,6 +14,7 @@ from typing import Any, Literal, Union
 
 from ..errors import ConfigError
 from .schema import ConfigSchema
+from .transport_keys import check_transport_keys
 
 T = typing.TypeVar("T")
 
@@ -155,3 +156,4 @@ def check_consistency(config: ConfigSchema) -> None:
                           "> 0 or half_precision: false")
     if config.eval_fraction >= 1:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
+    check_transport_keys(config)

@@ -7,9 +7,10 @@ No networking here, only the decisions, so that they can be tested directly:
   others can fetch it (a trainer keeps what its next bucket reuses, and gives the rest back);
 - among the buckets a trainer may take, the one sharing the most partitions with what it
   already holds wins (fewer partitions move), ties going to the schedule's bucket order;
-- on a fresh start, a bucket is granted only if one of its partitions has been trained
-  before (the first bucket excepted), so that each new partition is trained next to one
-  that already holds trained embeddings (PBG's initialisation order);
+- on a fresh start (with `distributed_tree_init_order`, PBG's default), a bucket is granted
+  only if one of its partitions has been trained before (the first bucket excepted), so that
+  each new partition is trained next to one that already holds trained embeddings (PBG's
+  initialisation order);
 - a trainer that stops answering loses its bucket (to be trained again) and its partitions.
 """
 

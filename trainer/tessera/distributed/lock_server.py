@@ -57,7 +57,11 @@ class LockService:
 
     def __post_init__(self) -> None:
         self.position = self.start
-        fresh = self.committed_version == 0 and self.config.init_path is None
+        # PBG's distributed_tree_init_order: on a fresh start, a bucket waits until one of its
+        # partitions was trained; off, any free bucket may start at once (init_path, or a
+        # resumed run, lifts the rule anyway: every partition already holds trained rows).
+        fresh = (self.committed_version == 0 and self.config.init_path is None
+                 and self.config.distributed_tree_init_order)
         self.locks = BucketLocks(lambda b: _keys_of(self.data, b), fresh_start=fresh)
         if self.start is not None:
             self.locks.start(self.schedule.buckets(self.start))
