@@ -263,6 +263,21 @@ ROWS: dict[str, BadInput] = {
         ("import", "config.yaml", "train.parquet", "test.tsv", "--rel-col", "1",
          "--rhs-col", "2"), "train.parquet", write("train.parquet", "not parquet\n")),
     "negative column": BadInput(IMPORT[:-1] + ("-1",), "rhs_col"),
+    "featurized type without features": BadInput(
+        IMPORT, "--features node=", config(entities={"node": {"num_partitions": 1,
+                                                               "featurized": True}})),
+    "features file lacking an entity": BadInput(
+        (*IMPORT, "--features", "node=words.tsv"), "words.tsv: entity 'e",
+        both(config(entities={"node": {"num_partitions": 1, "featurized": True}},
+                    num_uniform_negs=0),
+             write("words.tsv", "e0\tred\n"))),
+    "features flag without a type": BadInput((*IMPORT, "--features", "words.tsv"), "TYPE=FILE",
+                                             exit_code=USAGE),
+    # PBG's transport keys Tessera has no use for, set to other than their defaults.
+    "partition shard size": BadInput(TRAIN, "partition_shard_size",
+                                     config(partition_shard_size=100)),
+    "process groups for partition servers": BadInput(
+        CHECK, "num_groups_for_partition_server", config(num_groups_for_partition_server=8)),
     # Entity files.
     "entity count missing": BadInput(TRAIN_FRESH, "entity_count_node_1.txt",
                                      delete("entities/entity_count_node_1.txt")),

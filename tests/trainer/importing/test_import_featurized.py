@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+from tessera.cli import main
 from tessera.errors import BadInputError, ConfigError
 from tessera.importing import ImportOptions, import_edges
 from tessera.progress import Reporter
@@ -122,3 +123,14 @@ def test_relations_must_agree_on_a_featurized_side(make_config, tmp_path: Path) 
         import_edges(config, [edges_tsv], ImportOptions(rel_col=2,
                                                         entity_features={"doc": features_tsv}),
                      Reporter("quiet"))
+
+
+def test_the_import_command_takes_features_per_type(make_config, tmp_path: Path) -> None:
+    config = doc_config(make_config)
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps(config.to_dict()))
+    edges_tsv, features_tsv = write_inputs(tmp_path)
+    assert main(["import", str(config_file), edges_tsv, "--features", f"doc={features_tsv}",
+                 "--quiet"]) == 0
+    entities = read_entity_features(Directory(config.entity_path), "doc", 4)
+    assert entities.names == list(DOCS)

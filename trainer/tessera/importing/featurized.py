@@ -12,8 +12,8 @@ the files PBG reads (see its featurized-entities documentation):
   filtered evaluation uses it to know which entity an edge names).
 
 The entities of the type are those of its features file, in its order; an entity of the edge
-lists without a row there is an error, naming it. Buckets are rewritten one block of rows at a
-time, each published whole as it was before.
+lists without a row there is an error, naming it, found before any file is written. Buckets
+are rewritten one block of rows at a time, each published whole as it was before.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import pyarrow.compute as pc
 from ..errors import BadInputError
 from ..progress import Reporter
 from ..storage.edges import bucket_file, open_bucket_writer, read_bucket, read_bucket_size
-from ..storage.entities import read_entity_names
 from ..storage.entity_features import entity_features_file, write_entity_features
 from ..storage.fs import Directory
 from .features_input import FeatureTable, read_feature_table
+from .layout import Layout
+from .name_pass import NameTables
 from .plan import ImportPlan
 from .writer import Publication
 
@@ -41,12 +42,31 @@ def read_feature_tables(plan: ImportPlan) -> dict[str, FeatureTable]:
             for entity_type, url in plan.options.entity_features.items()}
 
 
-def featurize(plan: ImportPlan, tables: dict[str, FeatureTable], publication: Publication,
+def featurized_entity_indices(plan: ImportPlan, tables: dict[str, FeatureTable],
+                              name_tables: NameTables,
+                              layout: Layout) -> dict[str, np.ndarray]:
+    """For each featurized type, each imported entity's index in its features file (by the
+    entity's offset in the plain import). Called before anything is written, so that an
+    entity without features fails the import with nothing replaced."""
+    indices = {}
+    for entity_type, table in tables.items():
+        imported = name_tables.entities.names(layout.partition_members(entity_type, 0))
+        found = pc.index_in(imported, value_set=pa.array(table.entities.names, pa.large_string()))
+        if found.null_count:
+            missing = imported[int(np.flatnonzero(found.is_null().to_numpy(False))[0])]
+            raise BadInputError(
+                f"{plan.options.entity_features[entity_type]}: entity '{missing}' of featurized "
+                f"type '{entity_type}' is in the edge lists but has no features here; add an "
+                f"'{missing}<TAB>feature' row for each of its features")
+        indices[entity_type] = found.to_numpy().astype(np.int64)
+    return indices
+
+
+def featurize(plan: ImportPlan, tables: dict[str, FeatureTable],
+              entity_indices: dict[str, np.ndarray], publication: Publication,
               reporter: Reporter) -> None:
     """Turn the plainly imported featurized types into PBG's featurized layout."""
-    entity_indices = {}
     for entity_type, table in tables.items():
-        entity_indices[entity_type] = _entity_indices(plan, entity_type, table)
         _write_entity_files(plan.entity_dir, entity_type, table, publication)
         reporter.event("import: featurized entities", entity_type=entity_type,
                        entities=len(table.entities), features=len(table.feature_names))
@@ -57,19 +77,6 @@ def featurize(plan: ImportPlan, tables: dict[str, FeatureTable], publication: Pu
         for lhs_part, rhs_part in plan.buckets:
             _rewrite_bucket(source.edge_dir, lhs_part, rhs_part, sides, tables,
                             entity_indices, publication)
-
-
-def _entity_indices(plan: ImportPlan, entity_type: str, table: FeatureTable) -> np.ndarray:
-    """For each entity offset of the plain import, its index in the features file."""
-    imported = pa.array(read_entity_names(plan.entity_dir, entity_type, 0), pa.large_string())
-    indices = pc.index_in(imported, value_set=pa.array(table.entities.names, pa.large_string()))
-    if indices.null_count:
-        missing = imported[int(np.flatnonzero(indices.is_null().to_numpy(False))[0])]
-        raise BadInputError(
-            f"{plan.options.entity_features[entity_type]}: entity '{missing}' of featurized "
-            f"type '{entity_type}' is in the edge lists but has no features here; add an "
-            f"'{missing}<TAB>feature' row for each of its features")
-    return indices.to_numpy().astype(np.int64)
 
 
 def _write_entity_files(directory: Directory, entity_type: str, table: FeatureTable,

@@ -17,7 +17,7 @@ from ..config.schema import ConfigSchema
 from ..progress import Reporter
 from .bucket_pass import num_rounds, write_buckets
 from .dictionary import FingerprintCollision
-from .featurized import featurize, read_feature_tables
+from .featurized import featurize, featurized_entity_indices, read_feature_tables
 from .layout import Layout, lay_out
 from .name_pass import NameTables, read_names
 from .options import ImportOptions
@@ -43,13 +43,14 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
             tables = _read_names(plan, spill, reporter)
             edges_read = tables.edges_read
             layout = lay_out(plan, tables)
+            entity_indices = featurized_entity_indices(plan, feature_tables, tables, layout)
             _write_entity_files(plan, tables, layout, publication)
             del tables  # the names are written; the buckets need the layout only
             reporter.event("import: entities placed", entities={
                 entity_type: sum(layout.placements[entity_type].counts)
                 for entity_type in plan.entity_types})
             written = _write_all_buckets(plan, spill, layout, publication, reporter)
-        featurize(plan, feature_tables, publication, reporter)
+        featurize(plan, feature_tables, entity_indices, publication, reporter)
     except BaseException:
         publication.undo()
         raise
