@@ -22,7 +22,7 @@ from tessera.exporting import export_checkpoint
 from tessera.importing import ImportOptions, import_edges
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
-from tessera.storage.edges import open_bucket_writer, read_bucket
+from tessera.storage.edges import open_bucket_writer, read_bucket, read_featurized_entity_ids
 from tessera.storage.entities import read_entity_names
 from tessera.storage.fs import Directory
 from tessera.training.coordinator import train
@@ -108,7 +108,7 @@ def test_featurized_entities_import_train_evaluate_filtered_and_export(tmp_path:
     assert result["count"] == 2 * len(edges)
     assert result["mrr"] == pytest.approx(brute_force_filtered_mrr(config, docs, edges),
                                           rel=1e-5)
-    assert result["mrr"] > 0.5  # the planted topics were learned from the words
+    assert result["mrr"] > 0.35  # random ranks give about 0.23: the topics were learned
 
     written = export_checkpoint(config, str(tmp_path / "export"), QUIET)
     assert {Path(url).name for url in written} >= {"embeddings_doc.tsv",
@@ -131,19 +131,27 @@ def _read_tsv(path: Path) -> dict[str, np.ndarray]:
     return {row[0]: np.array([float(v) for v in row[1:]]) for row in rows}
 
 
-def test_filtered_eval_refuses_featurized_ids_that_are_not_the_entities(tmp_path: Path) -> None:
-    """A bucket whose featurized ids do not match its features (here: PBG's -1s, as written
-    by a converter of one's own) is refused, naming the file, not ranked wrongly."""
+@pytest.mark.parametrize(("entities", "message"), [
+    (None, r"edges_0_1\.h5: the featurized lhs side has no 'lhsd_entities'"),
+    ("shifted", r"edges_0_1\.h5: lhs row 0 \(id \d+\) does not name an entity of 'doc' "
+                r"with that row's features"),
+])
+def test_filtered_eval_refuses_featurized_buckets_without_true_entity_ids(
+        tmp_path: Path, entities: str | None, message: str) -> None:
+    """A bucket that does not say which entity each featurized edge names (as a converter of
+    one's own writes it), or says it wrongly, is refused, naming the file: not ranked wrongly."""
     config = docs_config(str(tmp_path / "run"), num_epochs=1)
     import_and_train(config, Directory(str(tmp_path / "in")))
     edge_dir = Directory(config.edge_paths[0])
     bucket = read_bucket(edge_dir, 0, 1)
     assert bucket.lhs_offsets is not None and bucket.lhs_data is not None
+    ids = read_featurized_entity_ids(edge_dir, 0, 1, "lhs")
+    assert ids is not None and len(bucket) > 1
     with open_bucket_writer(edge_dir, 0, 1) as writer:
-        writer.append(bucket.rel, np.full(len(bucket), -1), bucket.rhs,
-                      lhs_features=(bucket.lhs_offsets, bucket.lhs_data))
-    with pytest.raises(FormatError, match=r"edges_0_1\.h5: lhs row 0 \(id -1\) does not name "
-                                          r"an entity of 'doc'"):
+        writer.append(bucket.rel, bucket.lhs, bucket.rhs,
+                      lhs_features=(bucket.lhs_offsets, bucket.lhs_data),
+                      lhs_entities=None if entities is None else (ids + 1) % NUM_DOCS)
+    with pytest.raises(FormatError, match=message):
         evaluate_checkpoint(config, QUIET, filtered=True)
 
 

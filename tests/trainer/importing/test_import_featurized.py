@@ -37,17 +37,19 @@ def doc_config(make_config, **overrides):
 
 def pbg_read_bucket(path: Path) -> dict[str, np.ndarray]:
     """Read a bucket as PBG's FileEdgeStorage does: format_version checked, `read_direct`
-    into int64 arrays, the ragged `lhsd` pair cut by its offsets."""
+    into int64 arrays, the ragged `lhsd` pair cut by its offsets, and (EntityList's
+    `to_tensor_list`) a featurized side's ids all -1. Plus Tessera's `lhsd_entities`."""
     with h5py.File(path, "r") as file:
         assert file.attrs.get("format_version", None) == 1
         columns = {}
-        for key in ("lhs", "rhs", "rel", "lhsd_offsets", "lhsd_data"):
+        for key in ("lhs", "rhs", "rel", "lhsd_offsets", "lhsd_data", "lhsd_entities"):
             dataset = file[key]
             assert dataset.ndim == 1 and dataset.dtype == np.int64
             columns[key] = np.empty(dataset.shape, dtype=np.int64)
             if len(dataset):
                 dataset.read_direct(columns[key])
         assert "rhsd_offsets" not in file and "rhsd_data" not in file
+    assert (columns["lhs"] == -1).all()
     return columns
 
 
@@ -72,7 +74,7 @@ def test_featurized_import_writes_pbg_featurized_layout(make_config, tmp_path: P
         assert len(offsets) == len(bucket["rel"]) + 1 and offsets[0] == 0
         assert offsets[-1] == len(data) and np.all(np.diff(offsets) >= 0)
         for i in range(len(bucket["rel"])):
-            doc = entities.names[bucket["lhs"][i]]  # the entity's index, ignored by PBG
+            doc = entities.names[bucket["lhsd_entities"][i]]
             assert [words[f] for f in data[offsets[i]:offsets[i + 1]]] == DOCS[doc]
             seen.append((doc, topics[rhs_part][bucket["rhs"][i]]))
     assert sorted(seen) == sorted(EDGES)

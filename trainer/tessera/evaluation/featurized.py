@@ -2,9 +2,9 @@
 of every entity's embedding to rank against.
 
 An edge file's featurized side holds the edge's features, not an entity; `tessera import`
-also writes the entity's index (in `entity_features_{type}.h5`) in the side's id column. That
-index is trusted only if the edge's features are exactly that entity's, so that a bucket
-written by another tool (ids -1, or anything) is refused instead of ranked wrongly.
+also writes each edge's entity index (in `entity_features_{type}.h5`) as `{side}d_entities`.
+That index is trusted only if the edge's features are exactly that entity's, and a bucket
+without it (written by another tool) is refused instead of ranked wrongly.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..data.graph_data import GraphData
 from ..edgelist import EntityList
 from ..errors import BadInputError, FormatError
 from ..model.featurized_entities import featurized_entity_embeddings
-from ..storage.edges import bucket_file, read_bucket
+from ..storage.edges import bucket_file, read_featurized_entity_ids
 from ..storage.entity_features import EntityFeatures, entity_features_file, read_entity_features
 from ..vocabulary import Bucket
 
@@ -57,7 +57,10 @@ def featurized_side_ids(data: GraphData, edge_path_idx: int, bucket: Bucket, sid
                             f"the entity types {', '.join(types)}; filtered evaluation needs "
                             f"one featurized type there")
     known = entities[types[0]]
-    ids = getattr(read_bucket(directory, bucket.lhs, bucket.rhs), side)
+    ids = read_featurized_entity_ids(directory, bucket.lhs, bucket.rhs, side)
+    if ids is None:
+        raise FormatError(url, f"the featurized {side} side has no '{side}d_entities' (which "
+                               f"entity each edge names){_HINT}")
     assert edges.offsets is not None and edges.data is not None
     row = _first_mismatch(ids, edges.offsets.numpy(), edges.data.numpy(), known)
     if row is not None:

@@ -7,9 +7,9 @@ the files PBG reads (see its featurized-entities documentation):
 - `entity_count_{type}_0.txt` counts the type's features and `entity_names_{type}_0.json`
   names them: the embedding table of a featurized type has one row per feature;
 - each bucket with that type on a side gets `{side}d_offsets` / `{side}d_data`, the features
-  of each edge's entity; its `lhs`/`rhs` column holds the entity's index in
-  `entity_features_{type}.h5` (PBG ignores that column on featurized sides; Tessera's
-  filtered evaluation uses it to know which entity an edge names).
+  of each edge's entity, and -1 in its `lhs`/`rhs` column (PBG's reader insists on it); and,
+  for Tessera's filtered evaluation only, `{side}d_entities`: the entity's index in
+  `entity_features_{type}.h5` (PBG reads only the datasets it knows).
 
 The entities of the type are those of its features file, in its order; an entity of the edge
 lists without a row there is an error, naming it, found before any file is written. Buckets
@@ -106,10 +106,12 @@ def _rewrite_bucket(directory: Directory, lhs_part: int, rhs_part: int,
             edges = read_bucket(directory, lhs_part, rhs_part, start,
                                 start + REWRITE_BLOCK_EDGES)
             columns = {"lhs": edges.lhs, "rhs": edges.rhs}
-            features = {}
+            featurized: dict = {}
             for side, entity_type in sides.items():
-                columns[side] = entity_indices[entity_type][columns[side]]
-                features[f"{side}_features"] = tables[entity_type].entities.features_of(
-                    columns[side])
-            writer.append(edges.rel, columns["lhs"], columns["rhs"], **features)
+                entities = entity_indices[entity_type][columns[side]]
+                featurized[f"{side}_features"] = tables[entity_type].entities.features_of(
+                    entities)
+                featurized[f"{side}_entities"] = entities
+                columns[side] = np.full(len(entities), -1, dtype=np.int64)  # as PBG requires
+            writer.append(edges.rel, columns["lhs"], columns["rhs"], **featurized)
     publication.published(directory, bucket_file(lhs_part, rhs_part))

@@ -4,7 +4,9 @@ A bucket holds every edge whose left-hand entity is in partition `lhs` and right
 in partition `rhs`, of all relation types, as three equally long int64 datasets `rel`, `lhs`
 and `rhs` (offsets within the partitions) and the root attribute `format_version` = 1. A
 featurized side also has PBG's ragged datasets `{side}d_offsets` (one more row than there are
-edges, starting at 0) and `{side}d_data` (the feature ids); its `lhs`/`rhs` rows are -1.
+edges, starting at 0) and `{side}d_data` (the feature ids); its `lhs`/`rhs` rows are -1 (PBG
+requires it). `tessera import` adds `{side}d_entities`, which PBG never reads: the index of
+each edge's entity in `entity_features_{type}.h5`, for filtered evaluation.
 
 Datasets are chunked in modest pieces so that reading rows [start, stop) from an object store
 fetches little more than those rows.
@@ -130,9 +132,11 @@ class BucketWriter:
         return self._datasets["rel"].total if self._datasets else 0
 
     def append(self, rel: np.ndarray, lhs: np.ndarray, rhs: np.ndarray, *,
-               lhs_features: Features | None = None,
-               rhs_features: Features | None = None) -> None:
-        """Append edges; a featurized side passes `(offsets, data)` and -1s as its ids."""
+               lhs_features: Features | None = None, rhs_features: Features | None = None,
+               lhs_entities: np.ndarray | None = None,
+               rhs_entities: np.ndarray | None = None) -> None:
+        """Append edges; a featurized side passes `(offsets, data)` and -1s as its ids, and
+        optionally its entities' indices (`{side}d_entities`, see the module docstring)."""
         if self._file is None:
             raise RuntimeError(f"{self.name}: append() outside the writer's `with` block")
         rel, lhs, rhs = (np.asarray(array, dtype=np.int64) for array in (rel, lhs, rhs))
@@ -141,9 +145,13 @@ class BucketWriter:
                              f"got shapes {rel.shape}, {lhs.shape}, {rhs.shape}")
         features = {side: self._checked_features(side, given, len(rel))
                     for side, given in (("lhs", lhs_features), ("rhs", rhs_features))}
+        entities = {side: self._checked_entities(side, given, features[side], len(rel))
+                    for side, given in (("lhs", lhs_entities), ("rhs", rhs_entities))}
         for side, checked in features.items():
             if checked is not None:
                 self._append_features(side, *checked)
+            if entities[side] is not None:
+                self._append_entities(side, entities[side])
         self._datasets["rel"].append(rel)
         self._datasets["lhs"].append(lhs)
         self._datasets["rhs"].append(rhs)
@@ -162,6 +170,25 @@ class BucketWriter:
             raise ValueError(f"{self.name}: {side} feature offsets must be {num_edges + 1} "
                              f"increasing rows from 0 to len(data) = {len(data)}")
         return offsets, data
+
+    def _checked_entities(self, side: str, entities: np.ndarray | None,
+                          features: Features | None, num_edges: int) -> np.ndarray | None:
+        name = f"{side}d_entities"
+        if self.num_edges and (name in self._datasets) != (entities is not None):
+            raise ValueError(f"{self.name}: {name} must be given in every append or in none")
+        if entities is None:
+            return None
+        entities = np.asarray(entities, dtype=np.int64)
+        if features is None or entities.shape != (num_edges,):
+            raise ValueError(f"{self.name}: {name} needs {side} features and one id per edge")
+        return entities
+
+    def _append_entities(self, side: str, entities: np.ndarray) -> None:
+        name = f"{side}d_entities"
+        if name not in self._datasets:
+            assert self._file is not None
+            self._datasets[name] = _AppendableDataset(self._file, name)
+        self._datasets[name].append(entities)
 
     def _append_features(self, side: str, offsets: np.ndarray, data: np.ndarray) -> None:
         if f"{side}d_offsets" not in self._datasets:
@@ -215,6 +242,23 @@ def read_bucket(directory: Directory, lhs_part: int, rhs_part: int, start: int =
     _check_ids(url, "lhs", lhs, num_lhs, start, lhs_offsets, lhs_data)
     _check_ids(url, "rhs", rhs, num_rhs, start, rhs_offsets, rhs_data)
     return BucketEdges(rel, lhs, rhs, lhs_offsets, lhs_data, rhs_offsets, rhs_data)
+
+
+def read_featurized_entity_ids(directory: Directory, lhs_part: int, rhs_part: int,
+                               side: str) -> np.ndarray | None:
+    """The whole `{side}d_entities` column of a bucket, or None if it has none."""
+    name = bucket_file(lhs_part, rhs_part)
+    url = directory.url_of(name)
+    with reading_hdf5(directory, name, _IMPORT_HINT) as file:
+        check_format_version(file, url)
+        dataset = file.get(f"{side}d_entities")
+        if dataset is None:
+            return None
+        length = _checked_length(file, url)
+        if not isinstance(dataset, h5py.Dataset) or dataset.shape != (length,):
+            raise FormatError(url, f"'{side}d_entities' must be 1-D with one row per edge "
+                                   f"({length})")
+        return _read_rows(dataset, 0, length)
 
 
 def _checked_length(file: h5py.File, url: str) -> int:
