@@ -219,7 +219,8 @@ def test_configs_the_importer_cannot_serve_are_rejected_by_key(make_config, tmp_
     with pytest.raises(ConfigError, match="^dynamic_relations:"):
         import_edges(dynamic, path, ImportOptions(), QUIET)
     featurized = make_config(entities={"node": {"num_partitions": 1, "featurized": True}})
-    with pytest.raises(ConfigError, match="^entities.node.featurized:"):
+    with pytest.raises(BadInputError, match="^entity type 'node' is featurized: give its "
+                                            "features with --features node=FILE"):
         import_edges(featurized, path, ImportOptions(), QUIET)
 
 
