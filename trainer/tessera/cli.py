@@ -139,6 +139,10 @@ def _add_import(commands: Any) -> None:
                         help="drop entities seen fewer times, with their edges")
     parser.add_argument("--relation-type-min-count", type=int, default=1,
                         help="with dynamic relations, drop rarer relation types")
+    parser.add_argument("--replace-dictionary", action="store_true",
+                        help="build a new entity dictionary from the inputs alone instead of "
+                        "extending the one already in entity_path (known entities may then "
+                        "change ids, and checkpoints trained on them no longer fit)")
     parser.set_defaults(run=_run_import)
 
 
@@ -150,7 +154,8 @@ def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
         input_format=args.input_format, delimiter=args.delimiter, skip_rows=args.skip_rows,
         partitioning=args.partitioning, seed=args.seed,
         entity_min_count=args.entity_min_count,
-        relation_type_min_count=args.relation_type_min_count)
+        relation_type_min_count=args.relation_type_min_count,
+        replace_dictionary=args.replace_dictionary)
     import_edges(_load(args), args.inputs, options, reporter)
     return 0
 
