@@ -263,6 +263,8 @@ ROWS: dict[str, BadInput] = {
         ("import", "config.yaml", "train.parquet", "test.tsv", "--rel-col", "1",
          "--rhs-col", "2"), "train.parquet", write("train.parquet", "not parquet\n")),
     "negative column": BadInput(IMPORT[:-1] + ("-1",), "rhs_col"),
+    "import into a dictionary of other partitions": BadInput(
+        (*IMPORT, "-p", "entities.node.num_partitions=3"), "num_partitions"),
     # Entity files.
     "entity count missing": BadInput(TRAIN_FRESH, "entity_count_node_1.txt",
                                      delete("entities/entity_count_node_1.txt")),
@@ -339,6 +341,9 @@ ROWS: dict[str, BadInput] = {
     "init_path missing": BadInput((*TRAIN_FRESH, "-p", "init_path=nowhere"), "nowhere"),
     "init_path of another dimension": BadInput(
         (*TRAIN_FRESH, "-p", "init_path=ckpt", "-p", "dimension=9"), "dimension"),
+    "init_path of more entities than entity_path": BadInput(
+        (*TRAIN_FRESH, "-p", "init_path=ckpt"), "embeddings_node_0",
+        write("entities/entity_count_node_0.txt", "3\n")),
     "eval without a checkpoint": BadInput((*EVAL, "-p", "checkpoint_path=none"), "none"),
     "export without a checkpoint": BadInput((*EXPORT, "-p", "checkpoint_path=none"), "none"),
     # Command-line arguments.
