@@ -211,3 +211,18 @@ def test_a_killed_import_leaves_the_old_dictionary_and_a_rerun_completes(tmp_pat
         old_names = json.loads(before[f"entity_names_node_{part}.json"])
         new_names = json.loads(entities.read_text(f"entity_names_node_{part}.json"))
         assert new_names[:len(old_names)] == old_names and len(new_names) > len(old_names)
+
+
+@pytest.mark.parametrize("names, problem", [
+    (["user1", "user1"], "holds an entity name twice"),
+    (["user1"], "holds 1 names, but the partition has 2 entities"),
+])
+def test_a_damaged_dictionary_is_refused_naming_its_file(make_config, tmp_path, names,
+                                                         problem):
+    first, second = first_and_second(two_imports_config(make_config, (str(tmp_path), {})))
+    import_edges(first, [write_tsv(tmp_path / "old.tsv", social_graph(400))], SEEDED, QUIET)
+    entities = tmp_path / "entities"
+    (entities / "entity_count_user_1.txt").write_text("2\n")
+    (entities / "entity_names_user_1.json").write_text(json.dumps(names))
+    with pytest.raises(BadInputError, match=rf"entity_names_user_1\.json: {problem}"):
+        import_edges(second, [write_tsv(tmp_path / "new.tsv", grown_rows())], SEEDED, QUIET)

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..errors import BadInputError, FormatError
 from ..storage import entities as entity_files
+from ..storage.entities import entity_names_file
 from ..storage.fs import Directory
 from .dictionary import NameDictionary
 from .plan import ImportPlan
@@ -27,31 +28,39 @@ _FRESH_HINT = ("import into a new entity_path, or pass --replace-dictionary to s
 
 @dataclass(frozen=True)
 class ExistingDictionary:
-    """The names found in `entity_path`, per entity type and partition, by offset."""
+    """The dictionary found in `entity_path`: its counts, read at once, and its names, read
+    one partition at a time when seeding (never all of them in memory as Python strings)."""
 
-    entity_names: dict[str, list[list[str]]]  # types without files have empty partitions
+    directory: Directory
+    entity_counts: dict[str, list[int]]  # per type and partition (0: a type new to it)
     relation_names: list[str] | None  # dynamic relation types by id (dynamic relations only)
-
-    def counts(self, entity_type: str) -> list[int]:
-        return [len(names) for names in self.entity_names[entity_type]]
 
     def seed(self, entities: NameDictionary, relations: NameDictionary | None) -> KnownNames:
         """Put the known names into empty dictionaries; returns their dictionary ids."""
         entity_ids = {}
-        for kind, (entity_type, parts) in enumerate(self.entity_names.items()):
-            ids = [entities.encode(pa.array(names, pa.large_string()), kind) for names in parts]
-            entity_ids[entity_type] = np.concatenate(ids) if ids else np.zeros(0, np.int64)
-        if len(entities) != sum(len(ids) for ids in entity_ids.values()):
-            raise BadInputError(f"{_twice(self.entity_names)}: the dictionary in entity_path "
-                                f"is damaged; {_FRESH_HINT}")
+        for kind, (entity_type, counts) in enumerate(self.entity_counts.items()):
+            ids = [self._seed_partition(entities, kind, entity_type, part, count)
+                   for part, count in enumerate(counts) if count]
+            entity_ids[entity_type] = np.concatenate([np.zeros(0, np.int64), *ids])
         relation_ids = None
         if relations is not None and self.relation_names is not None:
             relation_ids = relations.encode(pa.array(self.relation_names, pa.large_string()))
             if len(relations) != len(self.relation_names):
                 raise BadInputError(f"{entity_files.DYNAMIC_RELATION_NAMES_FILE} names a "
                                     f"relation type twice; {_FRESH_HINT}")
-        return KnownNames(entity_ids, {name: self.counts(name) for name in self.entity_names},
-                          relation_ids)
+        return KnownNames(entity_ids, self.entity_counts, relation_ids)
+
+    def _seed_partition(self, entities: NameDictionary, kind: int, entity_type: str,
+                        part: int, count: int) -> np.ndarray:
+        names = _read_names(self.directory, entity_type, part, count)
+        before = len(entities)
+        ids = entities.encode(pa.array(names, pa.large_string()), kind)
+        if len(entities) - before != count:
+            raise BadInputError(
+                f"{self.directory.url_of(entity_names_file(entity_type, part))}: holds an "
+                "entity name twice (or one of an earlier partition of its type): the "
+                f"dictionary in entity_path is damaged; {_FRESH_HINT}")
+        return ids
 
 
 @dataclass(frozen=True)
@@ -74,10 +83,10 @@ def read_existing_dictionary(plan: ImportPlan) -> ExistingDictionary | None:
              for entity_type in plan.entity_types}
     if not any(found.values()):
         return None
-    names = {entity_type: _read_type(directory, entity_type, parts, found[entity_type])
-             for entity_type, parts in zip(plan.entity_types, plan.type_partitions)}
+    counts = {entity_type: _read_counts(directory, entity_type, parts, found[entity_type])
+              for entity_type, parts in zip(plan.entity_types, plan.type_partitions)}
     relation_names = _read_relations(directory, present) if plan.dynamic_relations else None
-    return ExistingDictionary(names, relation_names)
+    return ExistingDictionary(directory, counts, relation_names)
 
 
 def _partitions_present(present: set[str], entity_type: str) -> list[int]:
@@ -86,10 +95,10 @@ def _partitions_present(present: set[str], entity_type: str) -> list[int]:
                   if (match := pattern.fullmatch(name)))
 
 
-def _read_type(directory: Directory, entity_type: str, num_partitions: int,
-               present: list[int]) -> list[list[str]]:
+def _read_counts(directory: Directory, entity_type: str, num_partitions: int,
+                 present: list[int]) -> list[int]:
     if not present:
-        return [[] for _ in range(num_partitions)]  # a type new to the config
+        return [0] * num_partitions  # a type new to the config
     if present != list(range(num_partitions)):
         raise BadInputError(
             f"{directory.url}: holds entity type {entity_type!r} in {len(present)} "
@@ -97,14 +106,13 @@ def _read_type(directory: Directory, entity_type: str, num_partitions: int,
             f"entities.{entity_type}.num_partitions is {num_partitions}; an import extends "
             f"the dictionary it finds: set num_partitions to {len(present)}, or "
             f"{_FRESH_HINT}")
-    return [_read_partition(directory, entity_type, part) for part in present]
+    return [entity_files.read_entity_count(directory, entity_type, part) for part in present]
 
 
-def _read_partition(directory: Directory, entity_type: str, part: int) -> list[str]:
-    count = entity_files.read_entity_count(directory, entity_type, part)
+def _read_names(directory: Directory, entity_type: str, part: int, count: int) -> list[str]:
     names = entity_files.read_entity_names(directory, entity_type, part)
     if len(names) < count:
-        raise FormatError(directory.url_of(entity_files.entity_names_file(entity_type, part)),
+        raise FormatError(directory.url_of(entity_names_file(entity_type, part)),
                           f"holds {len(names)} names, but the partition has {count} "
                           f"entities; {_FRESH_HINT}")
     return names[:count]
@@ -124,16 +132,3 @@ def _read_relations(directory: Directory, present: set[str]) -> list[str]:
                           f"{entity_files.DYNAMIC_RELATION_COUNT_FILE} says {count}; "
                           f"{_FRESH_HINT}")
     return names[:count]
-
-
-def _twice(entity_names: dict[str, list[list[str]]]) -> str:
-    """Where a name occurs twice within one entity type."""
-    for entity_type, parts in entity_names.items():
-        seen: set[str] = set()
-        for part, names in enumerate(parts):
-            for name in names:
-                if name in seen:
-                    return (f"{entity_files.entity_names_file(entity_type, part)} repeats the "
-                            f"entity {name!r}")
-                seen.add(name)
-    return "an entity name occurs twice"

@@ -48,7 +48,6 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
     try:
         with EdgeIdSpill(options.work_dir) as spill:
             tables = _read_names(plan, spill, reporter, existing)
-            del existing  # its names are in the tables now
             edges_read = tables.edges_read
             layout = lay_out(plan, tables)
             _stage_entity_files(plan, tables, layout, update)
@@ -78,7 +77,7 @@ def _known_counts(plan: ImportPlan,
                   existing: ExistingDictionary | None) -> dict[str, list[int]] | None:
     if existing is None:
         return None
-    return {entity_type: existing.counts(entity_type) for entity_type in plan.entity_types}
+    return existing.entity_counts
 
 
 def _known_relations(existing: ExistingDictionary | None) -> int | None:
