@@ -17,8 +17,9 @@ from test_import_edges import as_multiset, social_graph, write_tsv
 
 from tessera.errors import BadInputError
 from tessera.importing import ImportOptions, import_edges
-from tessera.importing.dictionary_update import STAGING_FOLDER
+from tessera.importing.dictionary_update import STAGING_FOLDER, DictionaryUpdate
 from tessera.importing.growth import fill_smallest_first
+from tessera.importing.writer import Publication
 from tessera.progress import Reporter
 from tessera.storage.entities import read_relation_names
 from tessera.storage.fs import Directory
@@ -226,3 +227,23 @@ def test_a_damaged_dictionary_is_refused_naming_its_file(make_config, tmp_path, 
     (entities / "entity_names_user_1.json").write_text(json.dumps(names))
     with pytest.raises(BadInputError, match=rf"entity_names_user_1\.json: {problem}"):
         import_edges(second, [write_tsv(tmp_path / "new.tsv", grown_rows())], SEEDED, QUIET)
+
+
+def test_a_failed_move_puts_the_extended_dictionary_back(make_config, tmp_path):
+    first, _ = first_and_second(two_imports_config(make_config, (str(tmp_path), {})))
+    import_edges(first, [write_tsv(tmp_path / "old.tsv", social_graph(400))], SEEDED, QUIET)
+    entities = tmp_path / "entities"
+    before = {path.name: path.read_text() for path in entities.iterdir()}
+    known = entity_names(first)
+    update = DictionaryUpdate(Directory(str(entities)),
+                              {"user": [len(known["user", part]) for part in range(3)],
+                               "item": [len(known["item", 0])]}, None)
+    for part in range(3):
+        update.stage_partition("user", part, [*known["user", part], f"newuser{part}"])
+    # The last partition's staged count file is a folder by now: it cannot be moved in place.
+    staged_count = entities / STAGING_FOLDER / "entity_count_user_2.txt"
+    staged_count.unlink()
+    staged_count.mkdir()
+    with pytest.raises(OSError):
+        update.publish(Publication())
+    assert {path.name: path.read_text() for path in entities.iterdir()} == before
