@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .partitioning import Placement
+from .partitioning import Placement, place_entities
 
 
 def grown_placement(known_counts: Sequence[int], new_hashes: np.ndarray, method: str,
@@ -35,21 +35,18 @@ def place_new_entities(known_counts: np.ndarray, new_hashes: np.ndarray, method:
                        seed: int | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """The partition and the offset of each new entity (see the module docstring)."""
     num_partitions = len(known_counts)
-    if method == "hash":
-        parts = (new_hashes % np.uint64(num_partitions)).astype(np.int64)
-        order = np.lexsort((new_hashes, parts))
-    elif method == "random":
-        canonical = np.argsort(new_hashes, kind="stable")
-        order = canonical[np.random.default_rng(seed).permutation(len(new_hashes))]
-        parts = np.empty(len(new_hashes), dtype=np.int64)
-        parts[order] = np.repeat(np.arange(num_partitions),
-                                 fill_smallest_first(known_counts, len(new_hashes)))
-    else:
-        raise ValueError(f"unknown partitioning {method!r}")
-    ordered_parts = parts[order]  # sorted by partition
-    first_of_part = np.searchsorted(ordered_parts, ordered_parts, side="left")
+    if method == "hash":  # placed as a fresh import places them, then moved past the known
+        parts, ranks = place_entities(new_hashes, num_partitions, "hash").partitions_and_offsets()
+        return parts, known_counts[parts] + ranks
+    # The fresh import's seeded shuffle, cut into runs that fill the smallest partitions.
+    shuffled = place_entities(new_hashes, 1, method, seed).order
+    additions = fill_smallest_first(known_counts, len(new_hashes))
+    parts = np.empty(len(new_hashes), dtype=np.int64)
+    parts[shuffled] = np.repeat(np.arange(num_partitions), additions)
     offsets = np.empty(len(new_hashes), dtype=np.int64)
-    offsets[order] = known_counts[ordered_parts] + np.arange(len(order)) - first_of_part
+    starts = np.cumsum(additions) - additions  # where each partition's run begins
+    offsets[shuffled] = (np.arange(len(shuffled)) - np.repeat(starts, additions)
+                         + np.repeat(known_counts, additions))
     return parts, offsets
 
 
