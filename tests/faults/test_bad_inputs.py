@@ -267,7 +267,8 @@ ROWS: dict[str, BadInput] = {
         IMPORT, "--features node=", config(entities={"node": {"num_partitions": 1,
                                                                "featurized": True}})),
     "features file lacking an entity": BadInput(
-        (*IMPORT, "--features", "node=words.tsv"), "words.tsv: entity 'e",
+        (*IMPORT, "--features", "node=words.tsv", "--replace-dictionary"),
+        "words.tsv: entity 'e",
         both(config(entities={"node": {"num_partitions": 1, "featurized": True}},
                     num_uniform_negs=0),
              write("words.tsv", "e0\tred\n"))),
@@ -278,6 +279,8 @@ ROWS: dict[str, BadInput] = {
                                      config(partition_shard_size=100)),
     "process groups for partition servers": BadInput(
         CHECK, "num_groups_for_partition_server", config(num_groups_for_partition_server=8)),
+    "import into a dictionary of other partitions": BadInput(
+        (*IMPORT, "-p", "entities.node.num_partitions=3"), "num_partitions"),
     # Entity files.
     "entity count missing": BadInput(TRAIN_FRESH, "entity_count_node_1.txt",
                                      delete("entities/entity_count_node_1.txt")),
@@ -354,6 +357,9 @@ ROWS: dict[str, BadInput] = {
     "init_path missing": BadInput((*TRAIN_FRESH, "-p", "init_path=nowhere"), "nowhere"),
     "init_path of another dimension": BadInput(
         (*TRAIN_FRESH, "-p", "init_path=ckpt", "-p", "dimension=9"), "dimension"),
+    "init_path of more entities than entity_path": BadInput(
+        (*TRAIN_FRESH, "-p", "init_path=ckpt"), "embeddings_node_0",
+        write("entities/entity_count_node_0.txt", "3\n")),
     "eval without a checkpoint": BadInput((*EVAL, "-p", "checkpoint_path=none"), "none"),
     "export without a checkpoint": BadInput((*EXPORT, "-p", "checkpoint_path=none"), "none"),
     # Command-line arguments.

@@ -144,6 +144,10 @@ def _add_import(commands: Any) -> None:
                         help="the features of featurized entity type TYPE: one "
                         "'entity<TAB>feature' row per feature of each entity (repeat for "
                         "each featurized type)")
+    parser.add_argument("--replace-dictionary", action="store_true",
+                        help="build a new entity dictionary from the inputs alone instead of "
+                        "extending the one already in entity_path (known entities may then "
+                        "change ids, and checkpoints trained on them no longer fit)")
     parser.set_defaults(run=_run_import)
 
 
@@ -163,7 +167,8 @@ def _run_import(args: argparse.Namespace, reporter: Reporter) -> int:
         partitioning=args.partitioning, seed=args.seed,
         entity_min_count=args.entity_min_count,
         relation_type_min_count=args.relation_type_min_count,
-        entity_features=dict(args.features))
+        entity_features=dict(args.features),
+        replace_dictionary=args.replace_dictionary)
     import_edges(_load(args), args.inputs, options, reporter)
     return 0
 

@@ -136,3 +136,19 @@ def test_the_import_command_takes_features_per_type(make_config, tmp_path: Path)
                  "--quiet"]) == 0
     entities = read_entity_features(Directory(config.entity_path), "doc", 4)
     assert entities.names == list(DOCS)
+
+
+def test_a_featurized_import_does_not_extend_a_dictionary(make_config, tmp_path: Path) -> None:
+    # Its entity files name features, so extending them as entity names would mix the two.
+    config = doc_config(make_config)
+    edges_tsv, features_tsv = write_inputs(tmp_path)
+    options = ImportOptions(entity_features={"doc": features_tsv})
+    import_edges(config, [edges_tsv], options, Reporter("quiet"))
+    names = (Path(config.entity_path) / "entity_names_doc_0.json").read_text()
+    with pytest.raises(BadInputError, match=r"--features: a featurized import cannot extend"):
+        import_edges(config, [edges_tsv], options, Reporter("quiet"))
+    assert (Path(config.entity_path) / "entity_names_doc_0.json").read_text() == names
+    import_edges(config, [edges_tsv],
+                 ImportOptions(entity_features={"doc": features_tsv}, replace_dictionary=True),
+                 Reporter("quiet"))
+    assert (Path(config.entity_path) / "entity_names_doc_0.json").read_text() == names

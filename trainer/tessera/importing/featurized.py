@@ -27,6 +27,7 @@ from ..progress import Reporter
 from ..storage.edges import bucket_file, open_bucket_writer, read_bucket, read_bucket_size
 from ..storage.entity_features import entity_features_file, write_entity_features
 from ..storage.fs import Directory
+from .dictionary_update import DictionaryUpdate
 from .features_input import FeatureTable, read_feature_table
 from .layout import Layout
 from .name_pass import NameTables
@@ -63,11 +64,12 @@ def featurized_entity_indices(plan: ImportPlan, tables: dict[str, FeatureTable],
 
 
 def featurize(plan: ImportPlan, tables: dict[str, FeatureTable],
-              entity_indices: dict[str, np.ndarray], publication: Publication,
+              entity_indices: dict[str, np.ndarray], update: DictionaryUpdate,
+              publication: Publication,
               reporter: Reporter) -> None:
     """Turn the plainly imported featurized types into PBG's featurized layout."""
     for entity_type, table in tables.items():
-        _write_entity_files(plan.entity_dir, entity_type, table, publication)
+        _write_entity_files(plan.entity_dir, entity_type, table, update, publication)
         reporter.event("import: featurized entities", entity_type=entity_type,
                        entities=len(table.entities), features=len(table.feature_names))
     sides = _featurized_sides(plan)
@@ -80,9 +82,9 @@ def featurize(plan: ImportPlan, tables: dict[str, FeatureTable],
 
 
 def _write_entity_files(directory: Directory, entity_type: str, table: FeatureTable,
-                        publication: Publication) -> None:
-    # Replaces the plain import's count and names (already listed in `publication`).
-    publication.write_entity_partition(directory, entity_type, 0, table.feature_names)
+                        update: DictionaryUpdate, publication: Publication) -> None:
+    # The staged count and names become the features' (the rows of the type's table).
+    update.stage_partition(entity_type, 0, table.feature_names)
     write_entity_features(directory, entity_type, table.entities)
     publication.published(directory, entity_features_file(entity_type))
 

@@ -2,10 +2,14 @@
 
 Two passes, PBG's importer made vectorised and streaming: the first reads every input once
 and builds the name dictionaries (spilling each edge as ids to a local file), then entities
-are laid out in partitions and the entity files written, then the second pass writes the
-buckets of each input from the spilled ids. Memory holds the dictionaries and one block at a
-time, never the edge list. Featurized entity types are then turned into bags of features
-(`featurized`). If anything fails, every file this import published is deleted.
+are laid out in partitions and the entity files staged, then the second pass writes the
+buckets of each input from the spilled ids, featurized entity types are turned into bags of
+features (`featurized`), and last the entity files are moved into place. Memory holds the
+dictionaries and one block at a time, never the edge list. If anything fails, every file this
+import published is deleted (and an extended dictionary restored).
+
+A dictionary already in `entity_path` is extended (`existing`): known entities and relation
+types keep their ids, new ones are appended.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import time
 from collections.abc import Sequence
 
 from ..config.schema import ConfigSchema
+from ..errors import BadInputError
 from ..progress import Reporter
 from .bucket_pass import num_rounds, write_buckets
 from .dictionary import FingerprintCollision
+from .dictionary_update import DictionaryUpdate
+from .existing import ExistingDictionary, read_existing_dictionary
 from .featurized import featurize, featurized_entity_indices, read_feature_tables
 from .layout import Layout, lay_out
 from .name_pass import NameTables, read_names
@@ -37,36 +44,64 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
     started = time.monotonic()
     plan = plan_import(config, inputs, options)
     feature_tables = read_feature_tables(plan)
+    existing = read_existing_dictionary(plan)
+    if existing is not None and feature_tables:
+        raise BadInputError("--features: a featurized import cannot extend the dictionary "
+                            f"in {plan.entity_dir.url} (its entity files name features); "
+                            "import into a new entity_path, or pass --replace-dictionary")
+    update = DictionaryUpdate(plan.entity_dir,
+                              _known_counts(plan, existing),
+                              _known_relations(existing))
     publication = Publication()
     try:
         with EdgeIdSpill(options.work_dir) as spill:
-            tables = _read_names(plan, spill, reporter)
+            tables = _read_names(plan, spill, reporter, existing)
             edges_read = tables.edges_read
             layout = lay_out(plan, tables)
             entity_indices = featurized_entity_indices(plan, feature_tables, tables, layout)
-            _write_entity_files(plan, tables, layout, publication)
-            del tables  # the names are written; the buckets need the layout only
+            _stage_entity_files(plan, tables, layout, update)
+            del tables  # the names are staged; the buckets need the layout only
             reporter.event("import: entities placed", entities={
                 entity_type: sum(layout.placements[entity_type].counts)
-                for entity_type in plan.entity_types})
+                for entity_type in plan.entity_types}, new_entities=layout.entities_new)
             written = _write_all_buckets(plan, spill, layout, publication, reporter)
-        featurize(plan, feature_tables, entity_indices, publication, reporter)
+        featurize(plan, feature_tables, entity_indices, update, publication, reporter)
+        update.publish(publication)
     except BaseException:
+        update.discard()
         publication.undo()
         raise
-    summary = _summary(plan, edges_read, layout, written, time.monotonic() - started)
+    summary = _summary(plan, edges_read, layout, written, time.monotonic() - started,
+                       update.extends)
     reporter.event("import done", edges_read=summary.edges_read,
                    edges_written=summary.edges_written, edges_dropped=summary.edges_dropped,
+                   dictionary="extended" if summary.dictionary_extended else "new",
+                   new_entities=sum(summary.entities_new.values()),
+                   new_relation_types=summary.relation_types_new,
                    seconds=round(summary.seconds, 2),
                    edges_per_s=round(summary.edges_per_second, 1))
     return summary
 
 
-def _read_names(plan: ImportPlan, spill: EdgeIdSpill, reporter: Reporter) -> NameTables:
+def _known_counts(plan: ImportPlan,
+                  existing: ExistingDictionary | None) -> dict[str, list[int]] | None:
+    if existing is None:
+        return None
+    return existing.entity_counts
+
+
+def _known_relations(existing: ExistingDictionary | None) -> int | None:
+    if existing is None or existing.relation_names is None:
+        return None
+    return len(existing.relation_names)
+
+
+def _read_names(plan: ImportPlan, spill: EdgeIdSpill, reporter: Reporter,
+                existing: ExistingDictionary | None) -> NameTables:
     for salt in range(MAX_SALTS):
         try:
             with reporter.task("import: reading", unit="edges") as task:
-                return read_names(plan, spill, task, salt)
+                return read_names(plan, spill, task, salt, existing)
         except FingerprintCollision:
             spill.clear()
             reporter.event("import: two names share a fingerprint; reading again",
@@ -74,15 +109,15 @@ def _read_names(plan: ImportPlan, spill: EdgeIdSpill, reporter: Reporter) -> Nam
     raise RuntimeError(f"names kept colliding under {MAX_SALTS} fingerprint salts")
 
 
-def _write_entity_files(plan: ImportPlan, tables: NameTables, layout: Layout,
-                        publication: Publication) -> None:
+def _stage_entity_files(plan: ImportPlan, tables: NameTables, layout: Layout,
+                        update: DictionaryUpdate) -> None:
     for kind, entity_type in enumerate(plan.entity_types):
         for part in range(plan.type_partitions[kind]):
             members = layout.partition_members(entity_type, part)
             names = tables.entities.names(members).to_pylist()
-            publication.write_entity_partition(plan.entity_dir, entity_type, part, names)
+            update.stage_partition(entity_type, part, names)
     if plan.dynamic_relations:
-        publication.write_dynamic_relations(plan.entity_dir, layout.relation_names)
+        update.stage_relations(layout.relation_names)
 
 
 def _write_all_buckets(plan: ImportPlan, spill: EdgeIdSpill, layout: Layout,
@@ -95,7 +130,7 @@ def _write_all_buckets(plan: ImportPlan, spill: EdgeIdSpill, layout: Layout,
 
 
 def _summary(plan: ImportPlan, edges_read: list[int], layout: Layout, written: list[int],
-             seconds: float) -> ImportSummary:
+             seconds: float, extended: bool) -> ImportSummary:
     return ImportSummary(
         inputs=[InputSummary(source.url, source.edge_dir.url, read, wrote)
                 for source, read, wrote in zip(plan.inputs, edges_read, written)],
@@ -105,4 +140,7 @@ def _summary(plan: ImportPlan, edges_read: list[int], layout: Layout, written: l
         relation_types=len(layout.relation_names),
         relation_types_dropped=layout.relation_types_dropped,
         seconds=seconds,
+        dictionary_extended=extended,
+        entities_new=layout.entities_new,
+        relation_types_new=layout.relation_types_new,
     )

@@ -18,6 +18,7 @@ from ..errors import FormatError
 from ..progress import Task
 from .dictionary import NameDictionary
 from .edge_blocks import EdgeBlock
+from .existing import ExistingDictionary, KnownNames
 from .header_check import FirstLineCheck
 from .plan import ImportPlan, InputPlan
 from .readers import read_edge_blocks
@@ -31,13 +32,17 @@ class NameTables:
     entities: NameDictionary
     relations: NameDictionary | None  # relation types found in the data (dynamic relations)
     edges_read: list[int]  # per input
+    known: KnownNames | None = None  # names of the dictionary this import extends
 
 
-def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0) -> NameTables:
-    """Read all inputs, filling the dictionaries and the spill; may raise
-    FingerprintCollision, after which the caller clears the spill and tries another salt."""
+def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0,
+               existing: ExistingDictionary | None = None) -> NameTables:
+    """Read all inputs, filling the dictionaries (first with the `existing` names) and the
+    spill; may raise FingerprintCollision, after which the caller clears the spill and tries
+    another salt."""
     entities = NameDictionary(salt)
     relations = NameDictionary(salt) if plan.dynamic_relations else None
+    known = existing.seed(entities, relations) if existing is not None else None
     known_relations = pa.array(plan.relation_names, pa.large_string())
     edges_read = []
     for index, source in enumerate(plan.inputs):
@@ -64,7 +69,7 @@ def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0) 
         edges_read.append(count)
     entities.stop_lookups()
     pa.default_memory_pool().release_unused()  # Arrow keeps freed parse buffers otherwise
-    return NameTables(entities, relations, edges_read)
+    return NameTables(entities, relations, edges_read, known)
 
 
 def _warn_of_header(plan: ImportPlan, source: InputPlan, first_line: FirstLineCheck,

@@ -28,6 +28,9 @@ class ImportOptions:
     # Edges read and processed at a time: memory grows with it. 2^19 imports as fast as 2^20
     # and needs far less memory (10M edges, 1M nodes: ~410 MB peak instead of ~670 MB).
     block_edges: int = 1 << 19
+    # False: a dictionary already in entity_path is extended (known ids kept); True: it is
+    # replaced by a new one built from the inputs alone.
+    replace_dictionary: bool = False
     work_dir: str | None = None  # local directory for the temporary edge ids (default: TMPDIR)
     # Featurized entity type -> its features file (`entity<TAB>feature` rows; see
     # features_input), read with the same format, delimiter and skipped rows as the edges.

@@ -30,6 +30,9 @@ class ImportSummary:
     relation_types: int  # relation types the buckets use (with dynamic relations: found)
     relation_types_dropped: int  # dynamic relation types below relation_type_min_count
     seconds: float  # wall time of the whole import
+    dictionary_extended: bool = False  # entity_path held a dictionary, which was extended
+    entities_new: dict[str, int] = dataclasses.field(default_factory=dict)  # not known before
+    relation_types_new: int = 0  # relation types not known before (all, in a new dictionary)
 
     @property
     def edges_read(self) -> int:

@@ -12,7 +12,6 @@ import contextlib
 from collections.abc import Sequence
 from types import TracebackType
 
-from ..storage import entities as entity_files
 from ..storage.edges import BucketWriter, bucket_file, open_bucket_writer
 from ..storage.fs import Directory
 from .bucketing import BucketSlice
@@ -33,21 +32,6 @@ class Publication:
             with contextlib.suppress(Exception):
                 directory.delete(name)
         self.files.clear()
-
-    def write_entity_partition(self, directory: Directory, entity_type: str, part: int,
-                               names: Sequence[str]) -> None:
-        """The count and the names of one partition of an entity type."""
-        entity_files.write_entity_count(directory, entity_type, part, len(names))
-        self.published(directory, entity_files.entity_count_file(entity_type, part))
-        entity_files.write_entity_names(directory, entity_type, part, names)
-        self.published(directory, entity_files.entity_names_file(entity_type, part))
-
-    def write_dynamic_relations(self, directory: Directory, names: Sequence[str]) -> None:
-        """The count and the names of the relation types found in the data."""
-        entity_files.write_dynamic_relation_count(directory, len(names))
-        self.published(directory, entity_files.DYNAMIC_RELATION_COUNT_FILE)
-        entity_files.write_relation_names(directory, names)
-        self.published(directory, entity_files.DYNAMIC_RELATION_NAMES_FILE)
 
 
 class BucketWriters:

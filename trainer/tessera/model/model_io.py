@@ -2,7 +2,9 @@
 the optimizer states checkpoint files hold (the model's, and each partition's row state).
 
 Parameters are stored under PBG's public names with their state-dict keys, so a model file
-written here loads in PBG and the other way round.
+written here loads in PBG and the other way round. A model from `init_path` trained before new
+dynamic relation types were imported (appended after the known ones) has fewer rows in its
+relation operators: those start the first rows, the new ones start as in a fresh model.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
     params, blob = store.read_model(version)
     state = {key: torch.from_numpy(np.asarray(array)) for key, array in params.values()}
     expected = model.state_dict()
+    grown = _grown_relations(model, expected, state) if origin == INIT_PATH else set()
+    for key in grown:
+        state[key] = torch.cat([state[key], expected[key][len(state[key]):]])
+    if grown:  # compared as grown
+        params = {public: (key, state[key].numpy() if key in grown else array)
+                  for public, (key, array) in params.items()}
     differences = _differences(model.public_parameter_names(), expected, params)
     if differences:
         shown = "; ".join(differences[:_DIFFERENCES_SHOWN])
@@ -76,10 +84,35 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
     model.load_state_dict({key: state[key] for key in expected})
     if optimizer is not None and blob is not None:
         saved = load_optimizer_state(blob, url)
+        if grown:
+            _grow_optimizer_state(saved, optimizer.state_dict())
         try:
             optimizer.load_state_dict(saved)
         except BadInputError:
             pass  # optimizer state of another model layout: start its accumulators afresh
+
+
+def _grown_relations(model: EmbeddingModel, expected: Mapping[str, torch.Tensor],
+                     state: Mapping[str, torch.Tensor]) -> set[str]:
+    """Dynamic relation operators' parameters (one row per relation type) of which the file
+    holds fewer rows than the model has relation types, and otherwise the same shape."""
+    if not model.config.dynamic_relations:
+        return set()
+    public = model.public_parameter_names()
+    return {key for key, tensor in expected.items()
+            if key in state and public[key].startswith("relations/") and tensor.ndim >= 1
+            and len(state[key]) < len(tensor) == model.num_relations
+            and state[key].shape[1:] == tensor.shape[1:]}
+
+
+def _grow_optimizer_state(saved: Any, current: dict[str, Any]) -> None:
+    """Give saved accumulators of grown parameters zero rows for the new relation types."""
+    for index, entry in current.get("state", {}).items():
+        found = saved.get("state", {}).get(index, {}) if isinstance(saved, dict) else {}
+        old, new = found.get("sum"), entry.get("sum")
+        if (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.ndim >= 1
+                and len(old) < len(new) and old.shape[1:] == new.shape[1:]):
+            found["sum"] = torch.cat([old, torch.zeros_like(new[len(old):])])
 
 
 def load_optimizer_state(blob: bytes, url: str) -> Any:

@@ -148,6 +148,15 @@ class CheckpointStore:
             file.create_dataset(EMBEDDINGS_DATASET, data=values)
             _write_optimizer_state(file, optimizer_state)
 
+    def embeddings_rows(self, entity_type: str, part: int, version: int | None = None) -> int:
+        """How many entities one partition's embeddings have (one row each)."""
+        version = self._resolve(version)
+        name = embeddings_file(entity_type, part, version)
+        url = self.directory.url_of(name)
+        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+            check_format_version(file, url)
+            return int(_embeddings_dataset(file, url, None, None).shape[0])
+
     def read_embeddings(self, entity_type: str, part: int, version: int | None = None, *,
                         num_entities: int | None = None, dimension: int | None = None,
                         out: np.ndarray | None = None) -> tuple[np.ndarray, bytes | None]:

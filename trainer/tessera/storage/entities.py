@@ -52,12 +52,12 @@ def read_entity_counts(directory: Directory, config: ConfigSchema) -> dict[str, 
 
 def read_entity_names(directory: Directory, entity_type: str, part: int) -> list[str]:
     """The names of a partition's entities, by offset."""
-    return _read_names(directory, entity_names_file(entity_type, part))
+    return read_names_file(directory, entity_names_file(entity_type, part))
 
 
 def write_entity_names(directory: Directory, entity_type: str, part: int,
                        names: Sequence[str]) -> None:
-    _write_names(directory, entity_names_file(entity_type, part), names)
+    write_names_file(directory, entity_names_file(entity_type, part), names)
 
 
 def read_dynamic_relation_count(directory: Directory) -> int:
@@ -71,11 +71,11 @@ def write_dynamic_relation_count(directory: Directory, count: int) -> None:
 
 def read_relation_names(directory: Directory) -> list[str]:
     """The names of a dynamic-relations graph's relation types, by index."""
-    return _read_names(directory, DYNAMIC_RELATION_NAMES_FILE)
+    return read_names_file(directory, DYNAMIC_RELATION_NAMES_FILE)
 
 
 def write_relation_names(directory: Directory, names: Sequence[str]) -> None:
-    _write_names(directory, DYNAMIC_RELATION_NAMES_FILE, names)
+    write_names_file(directory, DYNAMIC_RELATION_NAMES_FILE, names)
 
 
 def _read_count(directory: Directory, name: str) -> int:
@@ -93,7 +93,7 @@ def _write_count(directory: Directory, name: str, count: int) -> None:
     directory.write_text(name, f"{count}\n")
 
 
-def _read_names(directory: Directory, name: str) -> list[str]:
+def read_names_file(directory: Directory, name: str) -> list[str]:
     text = _read_text(directory, name)
     try:
         names = json.loads(text)
@@ -108,7 +108,7 @@ def _read_names(directory: Directory, name: str) -> list[str]:
     return names
 
 
-def _write_names(directory: Directory, name: str, names: Sequence[str]) -> None:
+def write_names_file(directory: Directory, name: str, names: Sequence[str]) -> None:
     # json.dump encodes piece by piece, so millions of names never become one huge string.
     with directory.writing(name) as temp_path, open(temp_path, "w", encoding="utf-8") as file:
         json.dump(list(names), file, ensure_ascii=False)

@@ -2,7 +2,9 @@
 
 A partition's newest copy is in one of four places, checked in this order: in memory; in the
 checkpoint version being written (it was swapped out earlier in the same chunk); in the last
-committed version; in `init_path`. If none has it, it is initialised from `init_scale`. Only
+committed version; in `init_path` (whose partitions may be smaller: trained before the graph
+grew, they start the first rows, see `init_growth`). If none has it, it is initialised from
+`init_scale`. Only
 the partitions of the current bucket (plus unpartitioned types) are held, so memory follows
 two partitions, not the whole graph. With `background_io`, a partition swapped out is written
 by a background thread while the next bucket trains (one write at a time, so memory follows
@@ -25,6 +27,7 @@ from ..seeding import stable_seed
 from ..storage.checkpoint import CheckpointStore, embeddings_file
 from ..vocabulary import PartitionKey
 from .hogwild import empty_for_workers, share_with_workers
+from .init_growth import check_grown_partition
 from .optimizers import row_adagrad_state
 
 
@@ -86,6 +89,9 @@ class PartitionLoader:
             source, source_version = self.checkpoint, version
         elif self.init is not None:
             source, source_version = self.init, self.init.current_version()
+            rows = source.embeddings_rows(entity, part, source_version)
+            if rows != count:
+                return self._grown(key, source_version, rows, count)
         else:
             return self._fresh(entity, part, count)
         table = empty_for_workers(count, self.config.entity_dimension(entity))
@@ -104,6 +110,22 @@ class PartitionLoader:
         self.checkpoint.write_embeddings(
             version, entity, part, partition.embeddings.numpy(),
             serialize_row_state(partition.adagrad_sum, self.config.lr), metadata)
+
+    def _grown(self, key: PartitionKey, version: int, rows: int, count: int) -> Partition:
+        """A partition whose first `rows` rows (and their optimizer state) start from
+        `init_path`, and the others as in a fresh run."""
+        assert self.init is not None
+        entity, part = key
+        url = self.init.directory.url_of(embeddings_file(entity, part, version))
+        check_grown_partition(self.config, self.init, entity, part, rows, count, url)
+        partition = self._fresh(entity, part, count)
+        known = partition.embeddings[:rows]
+        _, blob = self.init.read_embeddings(entity, part, version, num_entities=rows,
+                                            dimension=known.shape[1], out=known.numpy())
+        row_sum = deserialize_row_state(blob, rows, url) if blob is not None else None
+        if row_sum is not None:
+            partition.adagrad_sum[:rows] = row_sum
+        return partition
 
     def _fresh(self, entity: str, part: int, count: int) -> Partition:
         type_index = list(self.config.entities).index(entity)
