@@ -158,7 +158,7 @@ def _role_spec(spec: EmbeddingJobSpec, role: Role) -> RoleSpec:
             Role.PARTITION_SERVER: spec.partition_servers}[role]
 
 
-def resources(spec: EmbeddingJobSpec, role: Role) -> Manifest:
+def container_resources(spec: EmbeddingJobSpec, role: Role) -> Manifest:
     """The role's `resources`, with the trainers' GPUs from config num_gpus."""
     wanted = copy.deepcopy(dict(_role_spec(spec, role).resources))
     gpus = spec.config.num_gpus
@@ -174,7 +174,7 @@ def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
         "image": spec.image,
         "command": command(spec, role, rank),
         "env": container_env(spec),
-        "resources": resources(spec, role),
+        "resources": container_resources(spec, role),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [

@@ -242,8 +242,9 @@ def _role(spec: Mapping[str, Any], name: str, replicas_field: Field | None) -> R
 
 
 def _check_gpus(num_gpus: int, roles: Mapping[str, RoleSpec]) -> None:
-    """GPUs come from config num_gpus, to the trainers only: a role's resources may repeat
-    the trainers' count, nothing else (a GPU the trainer does not use is paid for idle)."""
+    """GPUs come from config num_gpus, to the trainers only: the trainers' resources may
+    repeat num_gpus, and say nothing else of GPUs (a GPU that no process uses is paid for
+    idle, and one too few fails the trainer)."""
     for role, spec in roles.items():
         for kind in ("limits", "requests"):
             quantity = (spec.resources.get(kind) or {}).get(GPU_RESOURCE)
