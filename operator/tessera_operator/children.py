@@ -14,6 +14,11 @@ checkpoint), and a termination message that falls back to the log tail, which is
 operator reads why a pod failed. The only writable places are a memory-backed /dev/shm (the
 Hogwild workers share tensors through it) and /tmp. Storage credentials reach the pods only
 as environment variables taken from the Secret the spec names.
+
+Trainer pods of a config with `num_gpus: N` ask for N `nvidia.com/gpu` (limits and requests,
+which must be equal for an extended resource); the servers never do. Each pod's scheduling is
+the job-wide fields with its role's added: node labels merged (the role's win), tolerations
+appended, and each kind of affinity the role gives replacing the job's.
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ from .run_config import (
     config_file_text,
     run_config,
 )
-from .spec import EmbeddingJobSpec
+from .spec import EmbeddingJobSpec, RoleSpec
+from .spec_fields import GPU_RESOURCE
 
 Manifest = dict[str, Any]
 
@@ -134,7 +140,7 @@ def pod(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan, role: Role, rank: in
     }
     if role is Role.PARTITION_SERVER:
         pod_spec.update({"hostname": name, "subdomain": partition_servers_service_name(job.name)})
-    pod_spec.update(_scheduling(spec))
+    pod_spec.update(_scheduling(spec, _role_spec(spec, role)))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": child_metadata(job, name, labels),
             "spec": pod_spec}
 
@@ -147,15 +153,28 @@ def command(spec: EmbeddingJobSpec, role: Role, rank: int) -> list[str]:
             "--log-format", "json", "--metrics-port", str(METRICS_PORT)]
 
 
+def _role_spec(spec: EmbeddingJobSpec, role: Role) -> RoleSpec:
+    return {Role.TRAINER: spec.trainers, Role.LOCK_SERVER: spec.lock_server,
+            Role.PARTITION_SERVER: spec.partition_servers}[role]
+
+
+def container_resources(spec: EmbeddingJobSpec, role: Role) -> Manifest:
+    """The role's `resources`, with the trainers' GPUs from config num_gpus."""
+    wanted = copy.deepcopy(dict(_role_spec(spec, role).resources))
+    gpus = spec.config.num_gpus
+    if role is Role.TRAINER and gpus > 0:
+        for kind in ("limits", "requests"):
+            wanted[kind] = {**wanted.get(kind, {}), GPU_RESOURCE: str(gpus)}
+    return wanted
+
+
 def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
-    resources = {Role.TRAINER: spec.trainers, Role.LOCK_SERVER: spec.lock_server,
-                 Role.PARTITION_SERVER: spec.partition_servers}[role].resources
     container: Manifest = {
         "name": role.value,
         "image": spec.image,
         "command": command(spec, role, rank),
         "env": container_env(spec),
-        "resources": copy.deepcopy(dict(resources)),
+        "resources": container_resources(spec, role),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
@@ -191,14 +210,18 @@ def _volumes(job: JobRef) -> list[Manifest]:
             {"name": "tmp", "emptyDir": {}}]
 
 
-def _scheduling(spec: EmbeddingJobSpec) -> Manifest:
+def _scheduling(spec: EmbeddingJobSpec, role: RoleSpec) -> Manifest:
     fields: Manifest = {}
-    if spec.node_selector:
-        fields["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        fields["tolerations"] = [dict(t) for t in spec.tolerations]
-    if spec.affinity:
-        fields["affinity"] = copy.deepcopy(dict(spec.affinity))
+    node_selector = {**spec.node_selector, **role.node_selector}
+    if node_selector:
+        fields["nodeSelector"] = node_selector
+    tolerations = [dict(t) for t in spec.tolerations]
+    tolerations += [dict(t) for t in role.tolerations if dict(t) not in tolerations]
+    if tolerations:
+        fields["tolerations"] = copy.deepcopy(tolerations)
+    affinity = {**spec.affinity, **role.affinity}
+    if affinity:
+        fields["affinity"] = copy.deepcopy(affinity)
     if spec.image_pull_secrets:
         fields["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     return fields

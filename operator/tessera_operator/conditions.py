@@ -33,6 +33,7 @@ _PHASE_CONDITIONS = (FAILED, SUCCEEDED, SUSPENDED, RESTARTING, RUNNING)
 PODS_CREATED = "PodsCreated"
 PODS_RUNNING = "PodsRunning"
 PODS_PENDING = "PodsPending"
+PODS_UNSCHEDULABLE = "PodsUnschedulable"  # the scheduler finds no node (no GPU node, taints)
 PODS_STOPPED = "PodsStopped"
 POD_FAILED = "PodFailed"
 POD_VANISHED = "PodVanished"

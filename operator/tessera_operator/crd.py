@@ -156,7 +156,9 @@ def _quantity() -> Schema:
 def resources_schema(role: str) -> Schema:
     """A core/v1 ResourceRequirements (requests and limits) for the pods of one role."""
     quantities = {"type": "object", "additionalProperties": _quantity()}
-    return _object(f"CPU and memory of each {role} pod, as in a container's `resources`.", {
+    return _object(f"CPU, memory and other resources of each {role} pod, as in a container's "
+                   "`resources`" + (f" ({spec_fields.GPU_RESOURCE} comes from config "
+                                    "num_gpus)." if role == "trainer" else "."), {
         "requests": {**quantities, "description": "Minimum resources (e.g. cpu: 2, memory: 4Gi)."},
         "limits": {**quantities, "description": "Maximum resources."},
     })
@@ -216,7 +218,7 @@ def _pod_affinity(description: str) -> Schema:
     })
 
 
-def affinity_schema() -> Schema:
+def affinity_schema(pods: str = "every pod of the job") -> Schema:
     """A core/v1 Affinity, spelled out so that unknown fields are rejected here too."""
     node_affinity = _object("Constraints on the nodes the pods may run on.", {
         "requiredDuringSchedulingIgnoredDuringExecution": _object(
@@ -226,7 +228,7 @@ def affinity_schema() -> Schema:
         "preferredDuringSchedulingIgnoredDuringExecution": _array(
             "Terms preferred at scheduling.", _weighted("preference", _node_selector_term())),
     })
-    return _object("Affinity of every pod of the job, as in a pod's `affinity`.", {
+    return _object(f"Affinity of {pods}, as in a pod's `affinity`.", {
         "nodeAffinity": node_affinity,
         "podAffinity": _pod_affinity("Pods to be scheduled near."),
         "podAntiAffinity": _pod_affinity("Pods to be scheduled away from."),
@@ -248,7 +250,18 @@ def toleration_schema() -> Schema:
 # --- spec and status --------------------------------------------------------------------------
 
 def _role(role: str, replicas: Schema | None) -> Schema:
-    properties = {"resources": resources_schema(role)}
+    """A role's pods: how many, what each may use, and where they may run (added to the
+    job-wide scheduling fields: the role's node labels and affinity kinds win, tolerations add
+    up)."""
+    properties = {
+        "resources": resources_schema(role),
+        "nodeSelector": _string_map(f"Node labels the {role} pods require, besides the job's "
+                                    "nodeSelector (the role's value wins for a key in both)."),
+        "tolerations": _array(f"Taints the {role} pods tolerate, besides the job's "
+                              "tolerations.", toleration_schema()),
+        "affinity": affinity_schema(f"the {role} pods (each of nodeAffinity, podAffinity and "
+                                    "podAntiAffinity given here replaces the job's)"),
+    }
     if replicas is not None:
         properties = {"replicas": replicas, **properties}
     return _object(f"The {role} pods.", properties)

@@ -37,6 +37,7 @@ class ObservedPod:
     exit_code: int | None = None
     reason: str | None = None
     message: str = ""
+    unschedulable: bool = False  # the scheduler found no node for it (PodScheduled False)
 
     @property
     def finished(self) -> bool:
@@ -83,7 +84,8 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         deleting=metadata.get("deletionTimestamp") is not None,
         exit_code=exit_code,
         reason=reason,
-        message=_bounded(redact(message)))
+        message=_bounded(redact(message)),
+        unschedulable=phase == PENDING and _unschedulable(status) is not None)
 
 
 def failure_line(text: str) -> str:

@@ -12,7 +12,11 @@ that a relation names, replica counts that the config must agree with, credentia
 not be written in the job).
 
 Kubernetes fields copied into pods unchanged (resources, nodeSelector, tolerations, affinity,
-imagePullSecrets) are kept as plain JSON values; the builders copy them before use.
+imagePullSecrets) are kept as plain JSON values; the builders copy them before use. Scheduling
+fields exist job-wide (`spec.nodeSelector`...) and per role (`spec.trainers.nodeSelector`...),
+so that trainers can go to a GPU node pool while the servers stay on CPU nodes. GPUs are asked
+for through config `num_gpus` alone: a role's `resources` naming `nvidia.com/gpu` otherwise is
+refused, naming both fields.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tessera.errors import ConfigError
 from .crd import GROUP, VERSION, spec_schema
 from .redaction import has_credentials_in_url
 from .spec_fields import (
+    GPU_RESOURCE,
     IMAGE,
     IMAGE_PULL_POLICY,
     PARTITION_SERVER_REPLICAS,
@@ -63,10 +68,21 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 @dataclass(frozen=True)
 class RoleSpec:
-    """The pods of one role: how many and what each may use."""
+    """The pods of one role: how many, what each may use, and the role's own scheduling."""
 
     replicas: int
     resources: Mapping[str, Any] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+
+    def fingerprinted(self) -> dict[str, Any]:
+        """What of the role shapes its pods; scheduling fields only when set, so that jobs
+        written before roles had them keep their fingerprint (and their pods)."""
+        shaped: dict[str, Any] = {"replicas": self.replicas, "resources": self.resources}
+        placement = {"nodeSelector": self.node_selector, "tolerations": self.tolerations,
+                     "affinity": self.affinity}
+        return {**shaped, **{key: value for key, value in placement.items() if value}}
 
 
 @dataclass(frozen=True)
@@ -121,7 +137,8 @@ class EmbeddingJobSpec:
         return _fingerprint({
             "image": self.image, "imagePullPolicy": self.image_pull_policy,
             "imagePullSecrets": self.image_pull_secrets,
-            "roles": [self.trainers, self.partition_servers, self.lock_server],
+            "roles": [role.fingerprinted() for role in
+                      (self.trainers, self.partition_servers, self.lock_server)],
             "scheduling": [self.node_selector, self.tolerations, self.affinity],
             "storage": self.storage})
 
@@ -137,17 +154,21 @@ def parse_spec(raw: Any) -> EmbeddingJobSpec:
     _check_keys(spec, _schema_keys(), "spec")
     trainers = _role(spec, "trainers", TRAINER_REPLICAS)
     partition_servers = _role(spec, "partitionServers", PARTITION_SERVER_REPLICAS)
+    lock_server = _role(spec, "lockServer", None)
+    config = _training_config(spec.get("config"), trainers, partition_servers)
+    _check_gpus(config.num_gpus, {"trainers": trainers, "partitionServers": partition_servers,
+                                  "lockServer": lock_server})
     return EmbeddingJobSpec(
         image=IMAGE.parse(spec, "image", "spec"),
-        config=_training_config(spec.get("config"), trainers, partition_servers),
+        config=config,
         trainers=trainers,
         partition_servers=partition_servers,
-        lock_server=_role(spec, "lockServer", None),
+        lock_server=lock_server,
         image_pull_policy=IMAGE_PULL_POLICY.parse(spec, "imagePullPolicy", "spec"),
         image_pull_secrets=_pull_secrets(spec.get("imagePullSecrets", [])),
-        node_selector=_node_selector(spec.get("nodeSelector", {})),
-        tolerations=_tolerations(spec.get("tolerations", [])),
-        affinity=_affinity(spec.get("affinity", {})),
+        node_selector=_node_selector(spec.get("nodeSelector", {}), "spec.nodeSelector"),
+        tolerations=_tolerations(spec.get("tolerations", []), "spec.tolerations"),
+        affinity=_affinity(spec.get("affinity", {}), "spec.affinity"),
         storage=_storage(spec.get("storage", {})),
         run_policy=_run_policy(spec.get("runPolicy", {})),
         config_source=json.loads(json.dumps(spec["config"])),
@@ -213,7 +234,30 @@ def _role(spec: Mapping[str, Any], name: str, replicas_field: Field | None) -> R
     raw = _mapping(spec.get(name, {}), path)
     _check_keys(raw, _schema_keys(name), path)
     replicas = 1 if replicas_field is None else replicas_field.parse(raw, "replicas", path)
-    return RoleSpec(replicas, _resources(raw.get("resources", {}), f"{path}.resources"))
+    return RoleSpec(
+        replicas, _resources(raw.get("resources", {}), f"{path}.resources"),
+        node_selector=_node_selector(raw.get("nodeSelector", {}), f"{path}.nodeSelector"),
+        tolerations=_tolerations(raw.get("tolerations", []), f"{path}.tolerations"),
+        affinity=_affinity(raw.get("affinity", {}), f"{path}.affinity"))
+
+
+def _check_gpus(num_gpus: int, roles: Mapping[str, RoleSpec]) -> None:
+    """GPUs come from config num_gpus, to the trainers only: the trainers' resources may
+    repeat num_gpus, and say nothing else of GPUs (a GPU that no process uses is paid for
+    idle, and one too few fails the trainer)."""
+    for role, spec in roles.items():
+        for kind in ("limits", "requests"):
+            quantity = (spec.resources.get(kind) or {}).get(GPU_RESOURCE)
+            if quantity is None:
+                continue
+            where = f"spec.{role}.resources.{kind}.{GPU_RESOURCE}"
+            if role != "trainers":
+                raise ConfigError(where, f"only trainers use GPUs; remove it (spec.config."
+                                  f"num_gpus gives each trainer pod its {GPU_RESOURCE})")
+            if str(quantity) != str(num_gpus):
+                raise ConfigError(where, f"is {quantity} but spec.config.num_gpus is "
+                                  f"{num_gpus}; remove it: the operator sets it from "
+                                  "spec.config.num_gpus")
 
 
 def _resources(raw: Any, path: str) -> dict[str, Any]:
@@ -234,27 +278,27 @@ def _pull_secrets(raw: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _node_selector(raw: Any) -> dict[str, str]:
-    selector = _mapping(raw, "spec.nodeSelector")
+def _node_selector(raw: Any, path: str) -> dict[str, str]:
+    selector = _mapping(raw, path)
     for key, value in selector.items():
         if not isinstance(value, str):
-            raise ConfigError(f"spec.nodeSelector.{key}", f"expected a string, got {value!r}")
+            raise ConfigError(f"{path}.{key}", f"expected a string, got {value!r}")
     return dict(selector)
 
 
-def _tolerations(raw: Any) -> tuple[dict[str, Any], ...]:
-    keys = _schema_keys("tolerations", "[]")
+def _tolerations(raw: Any, path: str) -> tuple[dict[str, Any], ...]:
+    keys = _schema_keys(*path.split(".")[1:], "[]")
     tolerations = []
-    for i, item in enumerate(_list(raw, "spec.tolerations")):
-        toleration = _mapping(item, f"spec.tolerations[{i}]")
-        _check_keys(toleration, keys, f"spec.tolerations[{i}]")
+    for i, item in enumerate(_list(raw, path)):
+        toleration = _mapping(item, f"{path}[{i}]")
+        _check_keys(toleration, keys, f"{path}[{i}]")
         tolerations.append(dict(toleration))
     return tuple(tolerations)
 
 
-def _affinity(raw: Any) -> dict[str, Any]:
-    affinity = _mapping(raw, "spec.affinity")
-    _check_keys(affinity, _schema_keys("affinity"), "spec.affinity")
+def _affinity(raw: Any, path: str) -> dict[str, Any]:
+    affinity = _mapping(raw, path)
+    _check_keys(affinity, _schema_keys(*path.split(".")[1:]), path)
     return dict(affinity)
 
 

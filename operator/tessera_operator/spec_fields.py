@@ -74,6 +74,10 @@ def _integer(value: Any, path: str, minimum: int | None) -> int:
     return value
 
 
+# The extended resource a trainer pod asks for per GPU of config `num_gpus` (NVIDIA's device
+# plugin's name, which GPU node pools advertise).
+GPU_RESOURCE = "nvidia.com/gpu"
+
 IMAGE = Field("string", "Trainer image (the Dockerfile's `trainer` target).", required=True)
 IMAGE_PULL_POLICY = Field("string", "When the kubelet pulls the image.",
                           enum=("Always", "IfNotPresent", "Never"))

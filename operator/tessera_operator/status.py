@@ -126,7 +126,7 @@ def _observed_running(write: _ConditionWriter, found: list[Condition], job: JobV
                       pods: Sequence[ObservedPod], action: Action) -> list[Condition]:
     """Running holds when every pod of the current run runs or has done its part (a trainer
     that finished before the others, servers that stop at the end); else say what is
-    missing."""
+    missing, pods that no node can take first (they wait for a change, not for time)."""
     if job.spec is None or job.spec.run_policy.suspend:
         return write.clear(found, cond.RUNNING, cond.JOB_SUSPENDED, "suspended")
     run = action.plan.number if action.plan else job.run
@@ -141,6 +141,11 @@ def _observed_running(write: _ConditionWriter, found: list[Condition], job: JobV
                           f"run {run}: {running} pod(s) running"
                           + (f", {done} finished" if done else ""))
         return write.clear(found, cond.RESTARTING, cond.RESTARTED, f"run {run} is running")
+    stuck = [pod for pod in waiting if isinstance(pod, ObservedPod) and pod.unschedulable]
+    if stuck:
+        return write.put(found, cond.RUNNING, False, cond.PODS_UNSCHEDULABLE,
+                         f"run {run}: {len(stuck)} pod(s) cannot be scheduled; "
+                         f"{stuck[0].explanation()}")
     first = waiting[0]
     detail = first.explanation() if isinstance(first, ObservedPod) \
         else f"{first}: not created yet"

@@ -1,15 +1,18 @@
 """A kubelet for tests: runs the pods of one namespace as local processes, through the API.
 
-It watches the namespace's pods over HTTP like a node would: an unscheduled pod is bound to
-this node (`pods/binding`), a bound pod's container is started in a sandbox (`pod_sandbox`,
-`pod_setup`) with its own 127.0.0.x address, and its status is written back: Running with
-podIP and a ready container, then Succeeded or Failed with the exit code and, for
-`FallbackToLogsOnError`, the log tail as termination message. A pod marked for deletion gets
-SIGTERM, SIGKILL after its grace period (at most `MAX_GRACE_SECONDS` here), and is then
-deleted for good. The container's output is the pod's log: `publish_log` hands its file to
-whoever serves it (the emulator's pods/log, or the kubelet endpoint of `node_kubelet`).
-Lost connections to the API server (a restarted kube-apiserver) are retried: the watch lists
-again, and a status write is repeated until the server answers.
+It watches the namespace's pods over HTTP like a node would, and schedules them as the only
+node of the cluster: a pod that fits (its nodeSelector matches `NODE_LABELS`, its extended
+resources such as `nvidia.com/gpu` are within `NODE_EXTENDED_RESOURCES`) is bound to this node
+(`pods/binding`); one that does not gets the PodScheduled=False condition that kube-scheduler
+writes (reason Unschedulable, `0/1 nodes are available: ...`) and stays unbound. A bound pod's
+container is started in a sandbox (`pod_sandbox`, `pod_setup`) with its own 127.0.0.x address,
+and its status is written back: Running with podIP and a ready container, then Succeeded or
+Failed with the exit code and, for `FallbackToLogsOnError`, the log tail as termination
+message. A pod marked for deletion gets SIGTERM, SIGKILL after its grace period (at most
+`MAX_GRACE_SECONDS` here), and is then deleted for good. The container's output is the pod's
+log: `publish_log` hands its file to whoever serves it (the emulator's pods/log, or the kubelet
+endpoint of `node_kubelet`). Lost connections to the API server (a restarted kube-apiserver)
+are retried: the watch lists again, and a status write is repeated until the server answers.
 
 Tests may crash a container (`kill`), read every log a pod name had (`logs`), and leave pods
 stuck terminating (`hold_deletions`: what a node whose kubelet is hung or cut off does, until
@@ -44,6 +47,12 @@ CALL_TIMEOUT_SECONDS = 30.0
 TERMINATION_MESSAGE_LINES = 80
 TERMINATION_MESSAGE_BYTES = 2048
 FIRST_ADDRESS = 10  # pods get 127.0.0.10, 127.0.0.11...
+# The node's labels (its pool is the one crds/examples/partitioned.yaml selects) and its
+# extended resources (one GPU, advertised as the NVIDIA device plugin does; no pod of the tests
+# uses it), against which pods are scheduled.
+NODE_LABELS = {"kubernetes.io/os": "linux", "node-pool": "training",
+               "nvidia.com/gpu.present": "true"}
+NODE_EXTENDED_RESOURCES = {"nvidia.com/gpu": 1}
 JSON_PATCH = {"Content-Type": "application/json-patch+json"}
 # Hands the log file of a started container to what serves pods/log: (namespace, pod, file).
 LogPublisher = Callable[[str, str, Path], None]
@@ -80,6 +89,7 @@ class Kubelet:
         self._containers: dict[str, Container] = {}  # by pod uid
         self._handled: set[str] = set()  # uids of pods started (or being started)
         self._terminating: set[str] = set()  # uids of pods being stopped for deletion
+        self._unschedulable: set[str] = set()  # uids of pods reported as fitting no node
         self._held: list[dict[str, Any]] | None = None  # pods left terminating, when held
         self._tasks: set[asyncio.Task[None]] = set()
         self._addresses: dict[str, str] = {}
@@ -192,7 +202,7 @@ class Kubelet:
                 else:
                     self._background(self._terminate(pod))
         elif not pod["spec"].get("nodeName"):
-            await self._bind(pod)
+            await self._schedule(pod)
         elif pod["spec"]["nodeName"] == self.node_name and uid not in self._handled and \
                 pod.get("status", {}).get("phase", "Pending") == "Pending":
             self._handled.add(uid)
@@ -203,6 +213,19 @@ class Kubelet:
                 raise
 
     # --- the pod lifecycle --------------------------------------------------------------------
+
+    async def _schedule(self, pod: dict[str, Any]) -> None:
+        """Bind the pod here, or say once why it cannot be (kube-scheduler retries such pods
+        when the cluster changes; this node never does)."""
+        problems = unfit_reasons(pod, node_labels(self.node_name))
+        if not problems:
+            await self._bind(pod)
+        elif pod["metadata"]["uid"] not in self._unschedulable:
+            self._unschedulable.add(pod["metadata"]["uid"])
+            message = f"0/1 nodes are available: {', '.join(problems)}."
+            await self._write_status(pod, {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastTransitionTime": now()}]})
 
     async def _bind(self, pod: dict[str, Any]) -> None:
         binding = {"apiVersion": "v1", "kind": "Binding",
@@ -337,6 +360,29 @@ class Kubelet:
         if name not in self._addresses:
             self._addresses[name] = f"127.0.0.{FIRST_ADDRESS + len(self._addresses)}"
         return self._addresses[name]
+
+
+# --- scheduling -------------------------------------------------------------------------------
+
+def node_labels(node_name: str) -> dict[str, str]:
+    return {**NODE_LABELS, "kubernetes.io/hostname": node_name}
+
+
+def unfit_reasons(pod: dict[str, Any], labels: Mapping[str, str]) -> list[str]:
+    """Why this node cannot take the pod, in kube-scheduler's words (empty: it fits). Only
+    node labels and extended resources are checked: the node is this machine, whose CPU and
+    memory every pod shares."""
+    reasons = []
+    for container in pod["spec"]["containers"]:
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, quantity in sorted(wanted.items()):
+            if "/" in name and int(quantity) > NODE_EXTENDED_RESOURCES.get(name, 0):
+                reasons.append(f"1 Insufficient {name}")
+    selector = pod["spec"].get("nodeSelector") or {}
+    if any(labels.get(key) != value for key, value in selector.items()):
+        reasons.append("1 node(s) didn't match node selector")
+    return reasons
 
 
 # --- pod status -------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 its containers on a kubelet HTTPS endpoint, so that `pods/log` goes through kube-apiserver as
 on a cluster.
 
-The Node's status gives 127.0.0.1 as its InternalIP and the endpoint's port as
+The Node carries the labels and advertises the extended resources (a GPU) that the kubelet
+schedules pods against. Its status gives 127.0.0.1 as its InternalIP and the endpoint's port as
 `daemonEndpoints.kubeletEndpoint.Port`, which is where kube-apiserver connects (with its
 `--kubelet-client-certificate`, checking our serving certificate against
 `--kubelet-certificate-authority`). The endpoint answers
@@ -25,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 from e2e.kube_objects import now
-from e2e.kubelet import CALL_TIMEOUT_SECONDS, Kubelet
+from e2e.kubelet import CALL_TIMEOUT_SECONDS, NODE_EXTENDED_RESOURCES, Kubelet, node_labels
 from e2e.pki import KeyPair
 from support.ports import free_port
 
@@ -82,9 +83,13 @@ class NodeKubelet(Kubelet):
             await self._runner.setup()
             await self._open_endpoint()
         await self._call("POST", "/api/v1/nodes", json={
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": self.node_name}})
+            "apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": self.node_name,
+                "labels": node_labels(self.node_name)}})
         moment = now()
+        offered = {name: str(count) for name, count in NODE_EXTENDED_RESOURCES.items()}
         status = {"addresses": [{"type": "InternalIP", "address": NODE_ADDRESS}],
+                  "capacity": offered, "allocatable": offered,
                   "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                   "lastHeartbeatTime": moment,

@@ -272,3 +272,67 @@ def test_pod_names_are_the_names_the_trainers_address_each_other_by() -> None:
     for name, (role, rank) in expected_pods("freebase", spec).items():
         assert name == "freebase-" + layout.name_of(layout.rank_of(role, rank))
     assert layout.names(Role.PARTITION_SERVER) == ["partition-server-0", "partition-server-1"]
+
+
+# --- GPUs and per-role scheduling -------------------------------------------------------------
+
+def partitioned_with(**spec_changes: Any) -> dict[str, dict[str, Any]]:
+    """The pods of the partitioned example, by name, with `spec_changes` applied (`a__b=v`
+    sets spec.a.b to v)."""
+    job = json.loads(json.dumps(EXAMPLES["partitioned"]))
+    for path, value in spec_changes.items():
+        *parents, last = path.split("__")
+        node = job["spec"]
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return {pod["metadata"]["name"]: pod for pod in pods_of(first_run_children(job))}
+
+
+def test_num_gpus_asks_for_gpus_on_the_trainer_pods_only() -> None:
+    pods = partitioned_with(config__num_gpus=2)
+    for name, pod in pods.items():
+        resources = pod["spec"]["containers"][0]["resources"]
+        if "trainer" in name:
+            # The user's resources stay; the GPUs come in limits and requests alike.
+            assert resources == {"requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"},
+                                 "limits": {"memory": "40Gi", "nvidia.com/gpu": "2"}}
+        else:
+            assert "nvidia.com/gpu" not in json.dumps(resources), name
+    assert len([name for name in pods if "trainer" in name]) == 2
+    without = partitioned_with()
+    assert "nvidia.com/gpu" not in json.dumps(without)
+    lock_server = partitioned_with(config__num_gpus=1, lockServer={})["freebase-lock-server"]
+    assert lock_server["spec"]["containers"][0]["resources"] == {}
+    for pod in pods.values():
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_each_role_adds_its_own_scheduling_to_the_jobs() -> None:
+    gpu_toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    node_affinity = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]}]}}
+    pods = partitioned_with(
+        trainers__nodeSelector={"node-pool": "gpu", "accelerator": "h100"},
+        trainers__tolerations=[gpu_toleration],
+        lockServer__affinity={"nodeAffinity": node_affinity})
+    job = EXAMPLES["partitioned"]["spec"]
+    trainer, lock_server = pods["freebase-trainer-1"]["spec"], pods["freebase-lock-server"]["spec"]
+    server = pods["freebase-partition-server-0"]["spec"]
+    # Node labels: the role's value wins over the job's for the same key.
+    assert trainer["nodeSelector"] == {"node-pool": "gpu", "accelerator": "h100"}
+    assert lock_server["nodeSelector"] == server["nodeSelector"] == {"node-pool": "training"}
+    # Tolerations add up.
+    assert trainer["tolerations"] == [*job["tolerations"], gpu_toleration]
+    assert lock_server["tolerations"] == server["tolerations"] == job["tolerations"]
+    # Affinity: the role's kinds replace the job's, the others stay.
+    assert lock_server["affinity"] == {**job["affinity"], "nodeAffinity": node_affinity}
+    assert trainer["affinity"] == server["affinity"] == job["affinity"]
+    for pod in pods.values():
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_toleration_given_twice_is_written_once() -> None:
+    toleration = EXAMPLES["partitioned"]["spec"]["tolerations"][0]
+    pods = partitioned_with(trainers__tolerations=[toleration])
+    assert pods["freebase-trainer-0"]["spec"]["tolerations"] == [toleration]

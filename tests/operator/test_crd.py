@@ -234,7 +234,7 @@ def test_missing_required_config_key_is_rejected():
 
 def test_examples_are_accepted_by_the_crd_and_by_the_trainer():
     jobs = example_jobs()
-    assert len(jobs) == 3
+    assert len(jobs) == 4
     for job in jobs:
         assert errors(job) == [], job["metadata"]["name"]
         parse_config(job["spec"]["config"])
@@ -251,16 +251,20 @@ def test_other_example_objects_are_valid_kubernetes_objects(name):
 def test_pod_fields_of_the_examples_are_valid_in_a_pod():
     # The spec's scheduling and resources fields are copied into pods: whatever the CRD lets
     # through for them in the examples must be what the core API accepts.
+    # So must each role's own.
     for job in example_jobs():
         spec = job["spec"]
-        container = {"name": "trainer", "image": spec["image"],
-                     "resources": spec.get("trainers", {}).get("resources", {})}
-        pod_spec = {"containers": [container]}
-        for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
-            if field in spec:
-                pod_spec[field] = spec[field]
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod_spec}
-        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        for role in ("trainers", "partitionServers", "lockServer"):
+            fields = spec.get(role, {})
+            container = {"name": "trainer", "image": spec["image"],
+                         "resources": fields.get("resources", {})}
+            pod_spec = {"containers": [container]}
+            for field in ("nodeSelector", "tolerations", "affinity", "imagePullSecrets"):
+                if field in spec or field in fields:
+                    pod_spec[field] = fields.get(field, spec.get(field))
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                   "spec": pod_spec}
+            kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
 
 
 def partitioned_job() -> dict[str, Any]:
@@ -297,6 +301,9 @@ MALFORMED = [
      101, "101 is greater than the maximum of 100"),
     ("spec.affinity.nodeAffinity", {"requiredDuringScheduling": {}}, "was unexpected"),
     ("spec.nodeSelector.node-pool", 3, "3 is not of type 'string'"),
+    ("spec.trainers.nodeSelector", {"gpu": 1}, "1 is not of type 'string'"),
+    ("spec.partitionServers.tolerations", [{"operator": "Matches"}], "'Matches' is not one of"),
+    ("spec.lockServer.affinity", {"nodeAfinity": {}}, "('nodeAfinity' was unexpected)"),
     ("spec.storage", {"secretRef": {}}, "'name' is a required property"),
     ("spec.storage", {"secretRef": {"name": "s3"}, "accessKey": "x"}, "was unexpected"),
     ("spec.runPolicy.backoffLimit", -1, "-1 is less than the minimum of 0"),

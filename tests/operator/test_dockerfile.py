@@ -1,12 +1,13 @@
-"""The Dockerfile's two targets, read statically (no image is built in tests): a slim operator
-without torch and a trainer with the pinned torch, both non-root, both from the same sources
-that the build context lets in."""
+"""The Dockerfile's targets, read statically (no image is built in tests): a slim operator
+without torch, and trainers with the pinned torch (the CPU build, and the CUDA build for GPU
+nodes), all non-root, all from the same sources that the build context lets in."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def stages() -> dict[str, str]:
     """Stage name -> its instructions (comments left out)."""
     text = re.sub(r"^\s*#.*\n", "", (REPO / "Dockerfile").read_text(), flags=re.MULTILINE)
-    parts = re.split(r"^FROM\s+\S+\s+AS\s+(\w+)\s*$", text, flags=re.MULTILINE)
+    parts = re.split(r"^FROM\s+\S+\s+AS\s+([\w-]+)\s*$", text, flags=re.MULTILINE)
     return dict(zip(parts[1::2], parts[2::2]))
 
 
@@ -28,8 +29,8 @@ def extra_requirements(extra: str) -> list[str]:
 
 def test_targets_exist_and_run_as_an_unprivileged_user():
     found = stages()
-    assert {"operator", "trainer"} <= set(found)
-    for target in ("operator", "trainer"):
+    assert {"operator", "trainer", "trainer-cuda"} <= set(found)
+    for target in ("operator", "trainer", "trainer-cuda"):
         users = re.findall(r"^USER\s+(\S+)", found[target], flags=re.MULTILINE)
         assert users and users[-1].split(":")[0] not in ("0", "root"), target
 
@@ -42,17 +43,48 @@ def test_operator_image_installs_the_operator_extra_and_no_torch():
     assert not any("torch" in requirement for requirement in extra_requirements("operator"))
 
 
-def test_trainer_image_pins_the_trainer_extras_torch():
+TRAINERS = ("trainer", "trainer-cuda")
+
+
+@pytest.mark.parametrize("target", TRAINERS)
+def test_trainer_images_pin_the_trainer_extras_torch(target):
     (pin,) = [requirement for requirement in extra_requirements("trainer")
               if requirement.startswith("torch")]
-    trainer = stages()["trainer"]
+    trainer = stages()[target]
     assert pin in trainer and '".[trainer]"' in trainer
+    # torch first, from PyTorch's own index, so that the extra's pin is already met by it.
+    assert trainer.index(pin) < trainer.index('".[trainer]"')
 
 
-def test_trainer_image_builds_the_training_kernels_and_drops_the_compiler():
-    trainer = stages()["trainer"]
+def test_each_trainer_image_takes_its_torch_build_from_its_index():
+    indexes = {target: re.findall(r"--index-url\s+\"?(\S+?)\"?\s", stages()[target])
+               for target in TRAINERS}
+    assert indexes == {"trainer": ["https://download.pytorch.org/whl/cpu"],
+                       "trainer-cuda": ["https://download.pytorch.org/whl/${TORCH_CUDA}"]}
+    (cuda,) = re.findall(r"^ARG\s+TORCH_CUDA=(cu\d+)$", stages()["trainer-cuda"],
+                         flags=re.MULTILINE)
+    assert cuda.startswith("cu12")
+
+
+def test_cuda_trainer_asks_for_the_driver_but_not_for_every_gpu():
+    cuda = stages()["trainer-cuda"]
+    (capabilities,) = re.findall(r"NVIDIA_DRIVER_CAPABILITIES=(\S+)", cuda)
+    assert set(capabilities.split(",")) == {"compute", "utility"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in cuda  # the device plugin says which GPUs
+    assert "NVIDIA" not in stages()["trainer"]
+
+
+@pytest.mark.parametrize("target", TRAINERS)
+def test_trainer_images_build_the_training_kernels_and_drop_the_compiler(target):
+    trainer = stages()[target]
     assert "gcc" in trainer and 'python -c "import tessera._kernels"' in trainer
     assert trainer.index("import tessera._kernels") < trainer.index("apt-get purge -y")
+
+
+@pytest.mark.parametrize("target", TRAINERS)
+def test_trainer_images_run_tessera(target):
+    match = re.search(r"^ENTRYPOINT\s+(\[.*\])", stages()[target], flags=re.MULTILINE)
+    assert yaml.safe_load(match.group(1)) == ["tessera"]
 
 
 def test_operator_entrypoint_is_the_charts_command():

@@ -27,6 +27,9 @@ MONITORS = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release"
 PROMETHEUS_OPERATOR = "monitoring.coreos.com/v1"  # CRDs: not in Kubernetes' own schemas
 WARNING = 2  # lint message severities: 1 info, 2 warning, 3 error
 PEERING_API = "kopf.dev/v1"
+# chart-testing's convention: each ci/*-values.yaml is a case the chart must lint and install.
+CI_VALUES = {path.stem: yaml.safe_load(path.read_text())
+             for path in sorted((CHART / "ci").glob("*-values.yaml"))}
 
 
 def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -48,21 +51,35 @@ def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return container
 
 
-@pytest.mark.parametrize("values", [None, NAMESPACED], ids=["cluster-wide", "namespaced"])
+@pytest.mark.parametrize("values", [None, NAMESPACED, *CI_VALUES.values()],
+                         ids=["cluster-wide", "namespaced", *CI_VALUES])
 def test_chart_lints_without_warnings(values):
     report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBERNETES_VERSION}.0")
     assert report["errors"] == []
     assert [m for m in report["messages"] if m["severity"] >= WARNING] == []
 
 
-@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}, MONITORS],
-                         ids=["cluster-wide", "namespaced", "no-rbac", "monitors"])
+@pytest.mark.parametrize("values", [None, NAMESPACED, {"rbac": {"create": False}}, MONITORS,
+                                    *CI_VALUES.values()],
+                         ids=["cluster-wide", "namespaced", "no-rbac", "monitors", *CI_VALUES])
 def test_every_rendered_object_is_valid_kubernetes(values):
     objects = render(values)
     assert of_kind(objects, "Deployment") and of_kind(objects, "ServiceAccount")
     for obj in objects:
         if obj["apiVersion"] not in (PEERING_API, PROMETHEUS_OPERATOR):
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_on_a_gpu_cluster_the_operator_stays_off_the_gpu_nodes():
+    (deployment,) = of_kind(render(CI_VALUES["gpu-cluster-values"]), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    off_gpu_nodes = {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}
+    assert terms and all(off_gpu_nodes in term["matchExpressions"] for term in terms)
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert "nvidia.com/gpu" not in json.dumps(pod.get("tolerations", []))
+    assert "nvidia.com/gpu" not in json.dumps(operator_container(render())["resources"])
 
 
 def test_cluster_wide_install_binds_one_cluster_role_and_watches_all_namespaces():

@@ -45,7 +45,7 @@ DELETE = object()
 
 def test_examples_parse_with_their_values() -> None:
     specs = {name: parse_spec(job["spec"]) for name, job in example_jobs().items()}
-    assert set(specs) == {"minimal", "partitioned", "s3-secret"}
+    assert set(specs) == {"gpu", "minimal", "partitioned", "s3-secret"}
     minimal, partitioned, s3 = specs["minimal"], specs["partitioned"], specs["s3-secret"]
     assert (minimal.trainers.replicas, minimal.partition_servers.replicas) == (1, 0)
     assert not minimal.distributed and minimal.run_policy.backoff_limit == DEFAULT_BACKOFF_LIMIT
@@ -61,6 +61,12 @@ def test_examples_parse_with_their_values() -> None:
     assert (s3.storage.secret_name, s3.storage.endpoint) == (
         "tessera-s3", "http://minio.storage.svc:9000")
     assert s3.run_policy.ttl_seconds_after_finished == 86400
+    gpu = specs["gpu"]
+    assert gpu.config.num_gpus == 1 and gpu.node_selector == {}
+    assert gpu.trainers.node_selector == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+    assert gpu.trainers.tolerations[0]["key"] == "nvidia.com/gpu"
+    assert gpu.partition_servers.node_selector == gpu.lock_server.node_selector == {
+        "node-pool": "cpu"}
 
 
 INVALID = [
@@ -103,6 +109,26 @@ INVALID = [
      "did you mean 'operator'"),
     ("tolerations", {"key": "gpu"}, "spec.tolerations", "expected a list"),
     ("affinity", {"nodeAfinity": {}}, "spec.affinity.nodeAfinity", "did you mean"),
+    ("trainers.nodeSelector", {"gpu": True}, "spec.trainers.nodeSelector.gpu",
+     "expected a string"),
+    ("trainers.nodeSelector", ["gpu"], "spec.trainers.nodeSelector", "expected a mapping"),
+    ("lockServer.tolerations", [{"key": "gpu", "efect": "NoSchedule"}],
+     "spec.lockServer.tolerations[0].efect", "did you mean 'effect'"),
+    ("partitionServers.tolerations", {"key": "gpu"}, "spec.partitionServers.tolerations",
+     "expected a list"),
+    ("partitionServers.affinity", {"podAntiAfinity": {}},
+     "spec.partitionServers.affinity.podAntiAfinity", "did you mean 'podAntiAffinity'"),
+    ("trainers.placement", {}, "spec.trainers.placement", "allowed: replicas, resources, "
+     "nodeSelector, tolerations, affinity"),
+    ("trainers.resources.limits", {"nvidia.com/gpu": 1},
+     "spec.trainers.resources.limits.nvidia.com/gpu",
+     "is 1 but spec.config.num_gpus is 0; remove it: the operator sets it from "
+     "spec.config.num_gpus"),
+    ("partitionServers.resources.requests", {"nvidia.com/gpu": "1"},
+     "spec.partitionServers.resources.requests.nvidia.com/gpu", "only trainers use GPUs"),
+    ("lockServer.resources.limits", {"nvidia.com/gpu": 1},
+     "spec.lockServer.resources.limits.nvidia.com/gpu", "spec.config.num_gpus gives each "
+     "trainer pod its nvidia.com/gpu"),
     ("storage.secretRef", {}, "spec.storage.secretRef.name", "required field is missing"),
     ("storage.secretRef", {"name": "S3_Creds"}, "spec.storage.secretRef.name",
      "not a valid Secret name"),
@@ -142,6 +168,11 @@ def test_a_spec_that_is_not_a_mapping() -> None:
     ("config.storage_options", {"client_kwargs": {"endpoint_url": "http://minio:9000"}}),
     ("trainers.resources", {"requests": {"cpu": 2, "memory": "1.5Gi"}, "limits": {"cpu": "500m"}}),
     ("storage", {}),
+    ("config.num_gpus", 2),
+    ("trainers.nodeSelector", {"nvidia.com/gpu.present": "true"}),
+    ("lockServer.affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.present", "operator": "DoesNotExist"}]}]}}}),
     ("runPolicy", {"backoffLimit": 0, "ttlSecondsAfterFinished": 0, "suspend": True}),
 ])
 def test_valid_variations_are_accepted(path: str, value: Any) -> None:
@@ -158,6 +189,10 @@ FINGERPRINTS = [
     ("image", "tessera-trainer:0.2.0", False, True),
     ("trainers.resources", {"limits": {"memory": "8Gi"}}, False, True),
     ("nodeSelector", {"pool": "big"}, False, True),
+    ("config.num_gpus", 1, True, False),  # a new run, on GPUs, from the last checkpoint
+    ("trainers.nodeSelector", {"pool": "gpu"}, False, True),
+    ("partitionServers.tolerations", [{"key": "gpu", "operator": "Exists"}], False, True),
+    ("lockServer.affinity", {"podAffinity": {}}, False, True),
     ("storage.endpoint", "http://other:9000", False, True),
     ("runPolicy.suspend", True, False, False),
     ("runPolicy.backoffLimit", 9, False, False),
@@ -171,6 +206,33 @@ def test_fingerprints_follow_what_changed(path: str, value: Any, config_changes:
     before, after = parse_spec(base_spec()), parse_spec(changed(path, value))
     assert (before.config_fingerprint() != after.config_fingerprint()) is config_changes
     assert (before.pods_fingerprint() != after.pods_fingerprint()) is pods_change
+
+
+def test_gpus_in_the_trainers_resources_must_agree_with_num_gpus() -> None:
+    spec = changed("config.num_gpus", 2)
+    spec["trainers"] = {"resources": {"limits": {"nvidia.com/gpu": 1}}}
+    with pytest.raises(ConfigError) as raised:
+        parse_spec(spec)
+    assert str(raised.value) == (
+        "spec.trainers.resources.limits.nvidia.com/gpu: is 1 but spec.config.num_gpus is 2; "
+        "remove it: the operator sets it from spec.config.num_gpus")
+    spec["trainers"] = {"resources": {"limits": {"nvidia.com/gpu": 2},
+                                      "requests": {"nvidia.com/gpu": "2"}}}
+    assert parse_spec(spec).config.num_gpus == 2
+
+
+# The pods fingerprints the operator wrote before roles had scheduling fields (commit
+# 0bf1fc9): jobs that do not use them keep theirs, so that upgrading the operator does not
+# restart every running job.
+FINGERPRINTS_BEFORE_ROLE_SCHEDULING = {"minimal": "dddc9b60d9567a4d",
+                                       "partitioned": "caa8be6c3e6be3ee",
+                                       "s3-secret": "6831139b9087bd6f"}
+
+
+@pytest.mark.parametrize("example", sorted(FINGERPRINTS_BEFORE_ROLE_SCHEDULING))
+def test_an_operator_upgrade_keeps_the_pods_fingerprint(example: str) -> None:
+    spec = parse_spec(example_jobs()[example]["spec"])
+    assert spec.pods_fingerprint() == FINGERPRINTS_BEFORE_ROLE_SCHEDULING[example]
 
 
 def test_the_order_of_config_keys_is_no_edit() -> None:

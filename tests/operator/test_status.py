@@ -83,6 +83,43 @@ def test_a_job_still_runs_while_some_of_its_pods_have_finished() -> None:
     assert status["readyPods"] == {"lockServer": 1, "partitionServers": 1, "trainers": 1}
 
 
+def unschedulable(name: str, role: str, message: str) -> dict[str, Any]:
+    """A pending pod the scheduler found no node for, as kube-scheduler reports it."""
+    pod = pod_object(name, role=role, phase="Pending")
+    pod["status"]["containerStatuses"] = []
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                    "reason": "Unschedulable", "message": message}]
+    return pod
+
+
+def test_a_pod_no_node_can_take_is_named_in_the_status() -> None:
+    view = view_job(distributed_job())
+    status = desired_status(view, [], None, next_action(view, [], START), START)
+    no_gpu = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    pods = [observe_pod(pod) for pod in [
+        pod_object("demo-lock-server", role="lock-server", phase="Pending",
+                   waiting=("ContainerCreating", "")),
+        pod_object("demo-partition-server-0", role="partition-server"),
+        pod_object("demo-trainer-0", role="trainer"),
+        unschedulable("demo-trainer-1", "trainer", no_gpu)]]
+    view = view_job(distributed_job(**status))
+    status = desired_status(view, pods, None, next_action(view, pods, START), START)
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    # The lock server comes first but is only starting: the trainer that cannot start is named.
+    assert (running["status"], running["reason"]) == ("False", "PodsUnschedulable")
+    assert running["message"] == (f"run 1: 1 pod(s) cannot be scheduled; demo-trainer-1: "
+                                  f"Unschedulable: {no_gpu}")
+    assert (status["phase"], status["message"]) == ("Pending", running["message"])
+    # Once the scheduler placed it, the job waits for it as for any starting pod.
+    pods[3] = observe_pod(pod_object("demo-trainer-1", role="trainer", phase="Pending",
+                                     waiting=("ContainerCreating", "")))
+    view = view_job(distributed_job(**status))
+    status = desired_status(view, pods, None, next_action(view, pods, START), START)
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert (running["reason"], running["message"]) == (
+        "PodsPending", "run 1: waiting for 2 pod(s); demo-lock-server: ContainerCreating")
+
+
 def test_what_a_short_log_tail_does_not_say_keeps_its_value() -> None:
     view = view_job(job_object())
     pods = [observe_pod(pod_object("demo-trainer-0"))]
