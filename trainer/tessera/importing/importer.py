@@ -20,6 +20,8 @@ from .layout import Layout, lay_out
 from .name_pass import NameTables, read_names
 from .options import ImportOptions
 from .plan import ImportPlan, plan_import
+from .read_progress import reading_unit
+from .readers import input_size
 from .spill import EdgeIdSpill
 from .summary import ImportSummary, InputSummary
 from .writer import Publication
@@ -58,10 +60,12 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
 
 
 def _read_names(plan: ImportPlan, spill: EdgeIdSpill, reporter: Reporter) -> NameTables:
+    sizes = [input_size(source.url, plan.storage_options) for source in plan.inputs]
+    unit, total = reading_unit(sizes)
     for salt in range(MAX_SALTS):
         try:
-            with reporter.task("import: reading", unit="edges") as task:
-                return read_names(plan, spill, task, salt)
+            with reporter.task("import: reading", total=total, unit=unit) as task:
+                return read_names(plan, spill, task, salt, sizes)
         except FingerprintCollision:
             spill.clear()
             reporter.event("import: two names share a fingerprint; reading again",

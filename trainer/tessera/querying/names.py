@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ..errors import BadInputError
+from ..errors import BadInputError, FormatError
 from ..storage.entities import (
     entity_count_file,
     entity_names_file,
@@ -41,10 +41,10 @@ def partition_names(entity_dir: Directory, entity_type: str, part: int, count: i
         return [f"{part}:{offset}" for offset in range(count)]
     names = read_entity_names(entity_dir, entity_type, part)
     if len(names) != count:
-        raise BadInputError(f"{entity_dir.url_of(names_file)}: holds {len(names)} names, but "
-                            f"the partition has {count} entities "
-                            f"({entity_count_file(entity_type, part)}); import the entities "
-                            "again")
+        raise FormatError(entity_dir.url_of(names_file),
+                          f"holds {len(names)} names, but the partition has {count} entities "
+                          f"({entity_count_file(entity_type, part)}); import the entities "
+                          "again")
     return names
 
 
