@@ -18,8 +18,8 @@ from ..progress import Task
 from .names import EntityRow
 from .scoring import Comparison, ModelScoring
 
-# Bounds of a block: rows read at once, and block rows x queries scored at once.
-MAX_BLOCK_ROWS = 2**16
+# Bounds of a block: bytes of rows read at once, and block rows x queries scored at once.
+MAX_BLOCK_BYTES = 8 * 2**20
 MAX_BLOCK_SCORES = 2**22
 
 
@@ -59,11 +59,13 @@ class RunningTopK:
                                                   self.offsets.tolist())]
 
 
-def block_rows_for(num_queries: int, block_rows: int | None = None) -> int:
-    """Rows per block: as asked, else as many as keep the block's scores bounded."""
+def block_rows_for(num_queries: int, dimension: int, block_rows: int | None = None) -> int:
+    """Rows per block: as asked, else as many as keep the block and its scores bounded."""
     if block_rows is not None:
         return max(1, block_rows)
-    return max(1, min(MAX_BLOCK_ROWS, MAX_BLOCK_SCORES // max(1, num_queries)))
+    rows = min(MAX_BLOCK_BYTES // (4 * max(1, dimension)),
+               MAX_BLOCK_SCORES // max(1, num_queries))
+    return max(1, rows)
 
 
 Blocks = Iterable[tuple[int, int, np.ndarray]]  # (partition, first offset, rows)
@@ -85,6 +87,7 @@ def search(blocks: Blocks, scoring: ModelScoring, comparison: Comparison, k: int
             _exclude(scores, excluded, kind, part, start)
             top.merge(scores, part, start)
             task.advance(len(block))
+            del block, candidates, scores  # before the next block is read, not after
     return top.hits(kind)
 
 

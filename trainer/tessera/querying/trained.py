@@ -122,9 +122,11 @@ class TrainedModel:
         with self.reporter.task("neighbors", total=total, unit="entities") as task:
             for group, comparison in comparisons:
                 excluded = [rows[n] if relation_side is None else None for n in group]
-                blocks = self._blocks(comparison.candidate_type,
-                                      block_rows_for(len(group), block_rows))
-                hits = search(blocks, self._scoring, comparison, k, excluded, task)
+                kind = comparison.candidate_type
+                rows_per_block = block_rows_for(len(group), self.config.entity_dimension(kind),
+                                                block_rows)
+                hits = search(self._blocks(kind, rows_per_block), self._scoring, comparison, k,
+                              excluded, task)
                 found.update(zip(group, hits))
         hit_names = names_of(self._data.entity_dir, self.entity_counts,
                              {hit.row for hits in found.values() for hit in hits})
