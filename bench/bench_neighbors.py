@@ -12,6 +12,11 @@ imports the query code (the interpreter and torch): the fixed cost under every q
 
     python bench/bench_neighbors.py                          # 10M edges, 1M nodes
     python bench/bench_neighbors.py --edges 200000 --nodes 20000 --repeats 1   # a smoke run
+    python bench/bench_neighbors.py --train-epochs 1 --ann --ann-path DIR   # + hnswlib, faiss
+
+With --ann, approximate indexes (hnswlib's HNSW, faiss's IVF-Flat; whichever is importable,
+from --ann-path too) are built over the same embeddings in memory and timed against the exact
+search, with their recall@k.
 
 Everything is cached under bench/output/neighbors; nothing here runs in the tests.
 """
@@ -56,6 +61,74 @@ save_model(store, 1, EmbeddingModel(config, len(config.relations)), None, {})
 store.commit(1, config.to_dict())
 """
 
+# Approximate indexes against the exact search, in memory, in a child of their own: the
+# table is loaded whole (as every index needs it), the exact top-k of each query computed by
+# one product, then each index built, queried, and scored by recall@k.
+ANN = """
+import json, resource, sys, time
+import numpy as np, torch
+from tessera.config import load_config
+from tessera.data.graph_data import GraphData
+from tessera.storage.checkpoint import CheckpointStore
+config_path, counts_json, k, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+config = load_config(config_path, [])
+store = CheckpointStore.from_config(config)
+counts = GraphData(config).entity_counts["node"]
+table = np.concatenate([store.read_embeddings("node", part)[0] for part in range(len(counts))])
+rng = np.random.default_rng(seed)
+results = []
+def exact(queries):
+    scores = torch.from_numpy(queries) @ torch.from_numpy(table).T
+    return scores.topk(k + 1, dim=1).indices[:, 1:].numpy()  # the query itself comes first
+def recall(found, truth):
+    return float(np.mean([len(set(f) & set(t)) / k for f, t in zip(found, truth)]))
+def timed(call):
+    started = time.perf_counter(); value = call(); return value, time.perf_counter() - started
+ids = {count: rng.choice(len(table), count, replace=False) for count in json.loads(counts_json)}
+truth = {}
+for count, rows in ids.items():
+    truth[count], seconds = timed(lambda: exact(table[rows]))
+    results.append({"method": "exact, in memory (one product)", "names": count,
+                    "build_s": 0.0, "query_s": seconds, "recall": 1.0})
+try:
+    import hnswlib
+    index = hnswlib.Index(space="ip", dim=table.shape[1])
+    def build():
+        index.init_index(max_elements=len(table), M=16, ef_construction=100)
+        index.add_items(table)
+    _, build_s = timed(build)
+    for ef in (50, 200):
+        index.set_ef(ef)
+        for count, rows in ids.items():
+            (found, _), seconds = timed(lambda: index.knn_query(table[rows], k + 1))
+            results.append({"method": f"hnswlib HNSW M=16 ef={ef}", "names": count,
+                            "build_s": build_s, "query_s": seconds,
+                            "recall": recall(found[:, 1:], truth[count])})
+except ImportError:
+    pass
+try:
+    import faiss
+    nlist = 1024
+    quantizer = faiss.IndexFlatIP(table.shape[1])
+    index = faiss.IndexIVFFlat(quantizer, table.shape[1], nlist, faiss.METRIC_INNER_PRODUCT)
+    def build():
+        index.train(table[rng.choice(len(table), min(len(table), 64 * nlist),
+                                     replace=False)])
+        index.add(table)
+    _, build_s = timed(build)
+    for nprobe in (8, 64):
+        index.nprobe = nprobe
+        for count, rows in ids.items():
+            (_, found), seconds = timed(lambda: index.search(table[rows], k + 1))
+            results.append({"method": f"faiss IVF-Flat nlist={nlist} nprobe={nprobe}",
+                            "names": count, "build_s": build_s, "query_s": seconds,
+                            "recall": recall(found[:, 1:], truth[count])})
+except ImportError:
+    pass
+print(json.dumps({"results": results,
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
 IMPORT_ONLY = "import tessera.querying.trained, tessera.cli"
 
 
@@ -84,8 +157,8 @@ def generate_graph(args: argparse.Namespace) -> GraphFiles:
 
 def prepare(args: argparse.Namespace, graph: GraphFiles) -> Path:
     """An imported graph with a committed checkpoint; returns its config file."""
-    folder = (args.output / "neighbors"
-              / f"e{args.edges}_n{args.nodes}_p{args.partitions}_d{args.dimension}")
+    folder = (args.output / "neighbors" / f"e{args.edges}_n{args.nodes}_p{args.partitions}"
+              f"_d{args.dimension}{f'_t{args.train_epochs}' if args.train_epochs else ''}")
     folder.mkdir(parents=True, exist_ok=True)
     config = {
         "entities": {"node": {"num_partitions": args.partitions}},
@@ -101,7 +174,14 @@ def prepare(args: argparse.Namespace, graph: GraphFiles) -> Path:
         wall, rss = run_child([sys.executable, "-m", "tessera", "import", str(config_path),
                                str(graph.train), "--quiet"], folder / "import.log")
         print(f"imported {graph.num_train:,} edges in {wall:.1f} s", flush=True)
-    if not (folder / "checkpoints" / "checkpoint_version.txt").exists():
+    if (folder / "checkpoints" / "checkpoint_version.txt").exists():
+        return config_path
+    if args.train_epochs:
+        wall, rss = run_child([sys.executable, "-m", "tessera", "train", str(config_path),
+                               "-p", f"num_epochs={args.train_epochs}", "--quiet"],
+                              folder / "train.log")
+        print(f"trained {args.train_epochs} epoch(s) in {wall:.1f} s", flush=True)
+    else:
         wall, rss = run_child([sys.executable, "-c", INIT_CHECKPOINT, str(config_path)],
                               folder / "init.log")
         print(f"initialised the checkpoint in {wall:.1f} s", flush=True)
@@ -135,6 +215,27 @@ def time_queries(args: argparse.Namespace, config: Path, graph: GraphFiles,
             "min_s": min(walls), "max_s": max(walls), "peak_rss": statistics.median(peaks)}
 
 
+def compare_indexes(args: argparse.Namespace, config: Path) -> None:
+    """Time approximate indexes (those importable, from --ann-path too) against exact search."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [os.environ.get("PYTHONPATH"), args.ann_path]))}
+    out = config.parent / "ann.json"
+    log_path = config.parent / "ann.log"
+    with out.open("w") as sink, log_path.open("w") as log:
+        done = subprocess.run([sys.executable, "-c", ANN, str(config), json.dumps(args.queries),
+                               str(args.k), str(args.seed)], stdout=sink, stderr=log, env=env)
+    if done.returncode:
+        raise RuntimeError(f"the index comparison failed:\n{log_path.read_text()[-2000:]}")
+    report = json.loads(out.read_text())
+    print(f"\nin memory, peak RSS {report['peak_rss'] / MIB:,.0f} MB (the whole table and "
+          "every index)\n")
+    print("| method | names | build s | query s | recall@k |")
+    print("|---|---|---|---|---|")
+    for row in report["results"]:
+        print(f"| {row['method']} | {row['names']:,} | {row['build_s']:.1f} | "
+              f"{row['query_s']:.3f} | {row['recall']:.3f} |")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--edges", type=int, default=10_000_000)
@@ -145,8 +246,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--queries", type=int, nargs="+", default=[1, 1000])
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--train-epochs", type=int, default=0,
+                        help="train this many epochs instead of initialising the checkpoint")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--ann", action="store_true",
+                        help="also time approximate indexes (hnswlib, faiss) where importable")
+    parser.add_argument("--ann-path", default=None,
+                        help="a folder holding hnswlib/faiss (pip install --target ...)")
     args = parser.parse_args(argv)
     graph = generate_graph(args)
     config = prepare(args, graph)
@@ -163,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"| {row['names']:,} | {row['wall_s']:.2f} ({row['min_s']:.2f}-{row['max_s']:.2f})"
               f" | {row['peak_rss'] / MIB:,.0f} |")
     print(f"| (interpreter, torch and the query code only) | - | {fixed / MIB:,.0f} |")
+    if args.ann:
+        compare_indexes(args, config)
 
 
 if __name__ == "__main__":
