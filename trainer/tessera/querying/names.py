@@ -65,9 +65,10 @@ def locate(entity_dir: Directory, counts: dict[str, list[int]], names: Sequence[
     unknown = [name for name in names if not found[name]]
     if unknown:
         name = unknown[0]
+        others = f" (and {len(unknown) - 1} more unknown names)" if len(unknown) > 1 else ""
         raise BadInputError(f"unknown entity {name!r}"
                             f"{f' of entity type {entity_type!r}' if entity_type else ''}: "
-                            f"{_suggestion(entity_dir, counts, types, name)}")
+                            f"{_suggestion(entity_dir, counts, types, name)}{others}")
     for name in names:
         kinds = sorted({row.entity_type for row in found[name]})
         if len(kinds) > 1:
