@@ -12,6 +12,8 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +299,11 @@ def test_queries_a_checkpoint_on_object_storage(tmp_path: Path, s3_dir: Any) -> 
         scores = compare("l2", table[index:index + 1], table)[0]
         assert_same(found[query], expected_top(scores, all_node_names(), 4, exclude=index))
     assert '"total": 71' in stream.getvalue()
+
+
+def test_importing_tessera_does_not_import_torch() -> None:
+    """`tessera.load` is on the package, but torch comes only with the first call."""
+    code = "import sys, tessera; assert callable(tessera.load); print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False"
