@@ -28,6 +28,7 @@ from tessera.errors import BadInputError
 from tessera.model import EmbeddingModel
 from tessera.model.model_io import save_model
 from tessera.progress import Reporter
+from tessera.querying import names
 from tessera.querying.trained import Neighbor, TrainedModel
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.entities import (
@@ -307,3 +308,16 @@ def test_importing_tessera_does_not_import_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_large_partitions_suggest_names_sharing_an_end(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past COMPARE_ALL_UP_TO names, only names that share 3 characters at one end are
+    compared (difflib on a million names is too slow for an error message)."""
+    write_checkpoint(base_config(str(tmp_path)))
+    model = tessera.load(base_config(str(tmp_path)))
+    monkeypatch.setattr(names, "COMPARE_ALL_UP_TO", 10)
+    with pytest.raises(BadInputError, match=r"unknown entity 'n1_30x': did you mean 'n1_30'"):
+        model.neighbors("n1_30x")
+    with pytest.raises(BadInputError, match="unknown entity 'xn1_30': did you mean 'n1_30'"):
+        model.neighbors("xn1_30")  # shares its end
