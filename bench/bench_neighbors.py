@@ -71,10 +71,12 @@ from tessera.config import load_config
 from tessera.data.graph_data import GraphData
 from tessera.storage.checkpoint import CheckpointStore
 config_path, counts_json, k, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+max_rows = int(sys.argv[5]) or None
 config = load_config(config_path, [])
 store = CheckpointStore.from_config(config)
 counts = GraphData(config).entity_counts["node"]
 table = np.concatenate([store.read_embeddings("node", part)[0] for part in range(len(counts))])
+table = np.ascontiguousarray(table[:max_rows])
 rng = np.random.default_rng(seed)
 results = []
 def exact(queries):
@@ -133,8 +135,8 @@ IMPORT_ONLY = "import tessera.querying.trained, tessera.cli"
 
 
 def run_child(command: Sequence[str], log_path: Path,
-              stdout_path: Path | None = None) -> tuple[float, int]:
-    """Run a command to completion: (wall s, peak RSS bytes of that child)."""
+              stdout_path: Path | None = None) -> tuple[float, int, float]:
+    """Run a command to completion: (wall s, peak RSS bytes, CPU s) of that child."""
     with log_path.open("w") as log, \
             (stdout_path.open("w") if stdout_path else open(os.devnull, "w")) as out:
         started = time.perf_counter()
@@ -144,7 +146,7 @@ def run_child(command: Sequence[str], log_path: Path,
     if os.waitstatus_to_exitcode(status) != 0:
         tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
         raise RuntimeError(f"{' '.join(command[:6])} ... failed (log: {log_path}):\n{tail}")
-    return wall, usage.ru_maxrss * 1024
+    return wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime
 
 
 def generate_graph(args: argparse.Namespace) -> GraphFiles:
@@ -171,18 +173,18 @@ def prepare(args: argparse.Namespace, graph: GraphFiles) -> Path:
     config_path = folder / "config.json"
     config_path.write_text(json.dumps(config, indent=2))
     if not (folder / "entities" / "entity_count_node_0.txt").exists():
-        wall, rss = run_child([sys.executable, "-m", "tessera", "import", str(config_path),
+        wall, rss, _ = run_child([sys.executable, "-m", "tessera", "import", str(config_path),
                                str(graph.train), "--quiet"], folder / "import.log")
         print(f"imported {graph.num_train:,} edges in {wall:.1f} s", flush=True)
     if (folder / "checkpoints" / "checkpoint_version.txt").exists():
         return config_path
     if args.train_epochs:
-        wall, rss = run_child([sys.executable, "-m", "tessera", "train", str(config_path),
+        wall, rss, _ = run_child([sys.executable, "-m", "tessera", "train", str(config_path),
                                "-p", f"num_epochs={args.train_epochs}", "--quiet"],
                               folder / "train.log")
         print(f"trained {args.train_epochs} epoch(s) in {wall:.1f} s", flush=True)
     else:
-        wall, rss = run_child([sys.executable, "-c", INIT_CHECKPOINT, str(config_path)],
+        wall, rss, _ = run_child([sys.executable, "-c", INIT_CHECKPOINT, str(config_path)],
                               folder / "init.log")
         print(f"initialised the checkpoint in {wall:.1f} s", flush=True)
     return config_path
@@ -199,20 +201,22 @@ def time_queries(args: argparse.Namespace, config: Path, graph: GraphFiles,
                  count: int) -> dict[str, Any]:
     names = query_names(graph, count, args.seed)
     folder = config.parent
-    walls, peaks = [], []
+    walls, peaks, cpus = [], [], []
     for repeat in range(args.repeats):
         command = [sys.executable, "-m", "tessera", "neighbors", str(config), *names,
                    "-k", str(args.k), "--log-format", "json"]
-        wall, rss = run_child(command, folder / f"neighbors_{count}_{repeat}.log",
-                              folder / f"neighbors_{count}_{repeat}.tsv")
+        wall, rss, cpu = run_child(command, folder / f"neighbors_{count}_{repeat}.log",
+                                   folder / f"neighbors_{count}_{repeat}.tsv")
         walls.append(wall)
         peaks.append(rss)
-        print(f"  {count} name(s), run {repeat + 1}: {wall:.2f} s, {rss / MIB:,.0f} MB",
-              flush=True)
+        cpus.append(cpu)
+        print(f"  {count} name(s), run {repeat + 1}: {wall:.2f} s, CPU {cpu:.2f} s, "
+              f"{rss / MIB:,.0f} MB", flush=True)
     lines = (folder / f"neighbors_{count}_0.tsv").read_text().splitlines()
     assert len(lines) == count * args.k, f"expected {count * args.k} lines, got {len(lines)}"
     return {"names": count, "wall_s": statistics.median(walls),
-            "min_s": min(walls), "max_s": max(walls), "peak_rss": statistics.median(peaks)}
+            "min_s": min(walls), "max_s": max(walls), "cpu_s": statistics.median(cpus),
+            "peak_rss": statistics.median(peaks)}
 
 
 def compare_indexes(args: argparse.Namespace, config: Path) -> None:
@@ -223,12 +227,14 @@ def compare_indexes(args: argparse.Namespace, config: Path) -> None:
     log_path = config.parent / "ann.log"
     with out.open("w") as sink, log_path.open("w") as log:
         done = subprocess.run([sys.executable, "-c", ANN, str(config), json.dumps(args.queries),
-                               str(args.k), str(args.seed)], stdout=sink, stderr=log, env=env)
+                               str(args.k), str(args.seed), str(args.ann_rows)], stdout=sink,
+                              stderr=log, env=env)
     if done.returncode:
         raise RuntimeError(f"the index comparison failed:\n{log_path.read_text()[-2000:]}")
     report = json.loads(out.read_text())
-    print(f"\nin memory, peak RSS {report['peak_rss'] / MIB:,.0f} MB (the whole table and "
-          "every index)\n")
+    rows = f"the first {args.ann_rows:,} rows" if args.ann_rows else "all rows"
+    print(f"\nin memory, over {rows} of the table; peak RSS {report['peak_rss'] / MIB:,.0f} "
+          "MB (the table and every index)\n")
     print("| method | names | build s | query s | recall@k |")
     print("|---|---|---|---|---|")
     for row in report["results"]:
@@ -254,22 +260,27 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="also time approximate indexes (hnswlib, faiss) where importable")
     parser.add_argument("--ann-path", default=None,
                         help="a folder holding hnswlib/faiss (pip install --target ...)")
+    parser.add_argument("--ann-rows", type=int, default=0,
+                        help="index only the first N rows (0: all; HNSW builds take minutes "
+                        "per million rows)")
     args = parser.parse_args(argv)
     graph = generate_graph(args)
     config = prepare(args, graph)
     rows = [time_queries(args, config, graph, count) for count in args.queries]
-    _, fixed = run_child([sys.executable, "-c", IMPORT_ONLY], config.parent / "fixed.log")
+    fixed_wall, fixed, fixed_cpu = run_child([sys.executable, "-c", IMPORT_ONLY],
+                                             config.parent / "fixed.log")
     num_names = len(graph.nodes.read_text().split())
     print(f"\n{graph.num_train:,} edges, {num_names:,} named nodes, "
           f"{args.partitions} partition(s), dimension {args.dimension}, {args.comparator}, "
           f"k={args.k}; median of {args.repeats}; {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}\n")
-    print("| names | wall s (median, min-max) | peak RSS (MB) |")
-    print("|---|---|---|")
+    print("| names | wall s (median, min-max) | CPU s | peak RSS (MB) |")
+    print("|---|---|---|---|")
     for row in rows:
         print(f"| {row['names']:,} | {row['wall_s']:.2f} ({row['min_s']:.2f}-{row['max_s']:.2f})"
-              f" | {row['peak_rss'] / MIB:,.0f} |")
-    print(f"| (interpreter, torch and the query code only) | - | {fixed / MIB:,.0f} |")
+              f" | {row['cpu_s']:.2f} | {row['peak_rss'] / MIB:,.0f} |")
+    print(f"| (start-up only: interpreter, torch, the query code) | {fixed_wall:.2f} | "
+          f"{fixed_cpu:.2f} | {fixed / MIB:,.0f} |")
     if args.ann:
         compare_indexes(args, config)
 
