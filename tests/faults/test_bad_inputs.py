@@ -48,6 +48,7 @@ TRAIN_FRESH = (*TRAIN, "-p", "checkpoint_path=fresh")  # starts from scratch
 EVAL = ("eval", "config.yaml", "-p", "edge_paths=edges/test")
 FILTERED = (*EVAL, "--filtered")
 EXPORT = ("export", "config.yaml", "exported")
+NEIGHBORS = ("neighbors", "config.yaml", "e1")
 CHECK = ("config", "check", "config.yaml")
 LOCK = "tcp://127.0.0.1:9"  # never dialled: the rank is checked first
 
@@ -340,6 +341,19 @@ ROWS: dict[str, BadInput] = {
                                                        embeddings_of_shape(3, 8)),
     "embeddings of the wrong dimension in export": BadInput(EXPORT, "embeddings_node_0.v4.h5",
                                                             embeddings_of_shape(30, 5)),
+    "embeddings with too few rows in neighbors": BadInput(
+        NEIGHBORS, "embeddings_node_0.v4.h5", embeddings_of_shape(3, 8)),
+    "embeddings of the wrong dimension in neighbors": BadInput(
+        NEIGHBORS, "embeddings_node_0.v4.h5", embeddings_of_shape(30, 5)),
+    "neighbors of an unknown name": BadInput(("neighbors", "config.yaml", "e1x"), "e1x"),
+    "neighbors through an unknown relation": BadInput((*NEIGHBORS, "--relation", "hates"),
+                                                      "hates"),
+    "neighbors of an unknown entity type": BadInput((*NEIGHBORS, "--entity-type", "user"),
+                                                    "user"),
+    "neighbors without a checkpoint": BadInput((*NEIGHBORS, "-p", "checkpoint_path=none"),
+                                               "none"),
+    "neighbors with entity names not JSON": BadInput(
+        NEIGHBORS, "entity_names_node_1.json", write("entities/entity_names_node_1.json", "[")),
     "embeddings file missing": BadInput(EVAL, "embeddings_node_1.v4.h5",
                                         delete("ckpt/embeddings_node_1.v4.h5")),
     "model file missing": BadInput(EVAL, "model.v4.h5", delete(CKPT_MODEL)),

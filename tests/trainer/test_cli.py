@@ -17,7 +17,8 @@ from tessera.errors import EXIT_BAD_INPUT
 
 UMLS = Path(__file__).resolve().parents[2] / "examples" / "umls"
 
-COMMANDS = ["import", "train", "eval", "export", "config", "lock-server", "partition-server"]
+COMMANDS = ["import", "train", "eval", "export", "neighbors", "config", "lock-server",
+            "partition-server"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,8 +56,13 @@ def write_config(tmp_path: Path, **overrides: object) -> Path:
 def test_import_train_eval_export_on_umls(tmp_path: Path) -> None:
     config = str(write_config(tmp_path))
     imported = run_cli("import", config, str(UMLS / "train.tsv"), str(UMLS / "test.tsv"),
-                       "--lhs-col", "0", "--rel-col", "1", "--rhs-col", "2", "--quiet")
+                       "--lhs-col", "0", "--rel-col", "1", "--rhs-col", "2",
+                       "--log-format", "json")
     assert imported.returncode == 0, imported.stderr
+    input_bytes = (UMLS / "train.tsv").stat().st_size + (UMLS / "test.tsv").stat().st_size
+    reading = progress_records(imported.stderr, "import: reading")
+    assert reading[0]["total"] == input_bytes  # bytes of the inputs, known before reading
+    assert events_of(imported.stderr, "import: reading done")[0]["bytes"] == input_bytes
     assert (tmp_path / "entities" / "entity_count_all_0.txt").read_text().strip() == "135"
     assert (tmp_path / "entities" / "dynamic_rel_count.txt").read_text().strip() == "46"
 
@@ -72,14 +78,16 @@ def test_import_train_eval_export_on_umls(tmp_path: Path) -> None:
 
     evaluated = run_cli("eval", config, "-p", f"edge_paths={tmp_path / 'test'}", "--filtered",
                         "--filter-paths", str(tmp_path / "train"), str(tmp_path / "test"),
-                        "--quiet", "--output", str(tmp_path / "metrics.json"))
+                        "--log-format", "json", "--output", str(tmp_path / "metrics.json"))
     assert evaluated.returncode == 0, evaluated.stderr
+    assert progress_records(evaluated.stderr, "eval")[0]["total"] == 661
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["mode"] == "filtered" and metrics["count"] == 2 * 661
     assert metrics["mrr"] > 0.1  # 135 candidates: random ranking gives about 0.04
 
-    exported = run_cli("export", config, str(tmp_path / "export"), "--quiet")
+    exported = run_cli("export", config, str(tmp_path / "export"), "--log-format", "json")
     assert exported.returncode == 0, exported.stderr
+    assert progress_records(exported.stderr, "export")[0]["total"] == 135
     rows = (tmp_path / "export" / "embeddings_all.tsv").read_text().splitlines()
     assert len(rows) == 135 and len(rows[0].split("\t")) == 1 + 32
     names = json.loads((tmp_path / "entities" / "entity_names_all_0.json").read_text())
@@ -89,6 +97,25 @@ def test_import_train_eval_export_on_umls(tmp_path: Path) -> None:
                                    file["embeddings"][0], rtol=1e-6)
     relations = (tmp_path / "export" / "relation_parameters.tsv").read_text().splitlines()
     assert len(relations) == 46 * 2 * 2  # relations x sides x (real, imag)
+
+
+    queried = run_cli("neighbors", config, names[0], names[1], "-k", "5", "--relation",
+                      "isa", "--log-format", "json")
+    assert queried.returncode == 0, queried.stderr
+    lines = [line.split("\t") for line in queried.stdout.splitlines()]
+    assert [line[:2] for line in lines] == [[name, str(rank)] for name in names[:2]
+                                            for rank in range(1, 6)]
+    assert progress_records(queried.stderr, "neighbors")[0]["total"] == 135
+
+
+def events_of(stderr: str, event: str) -> list[dict[str, object]]:
+    return [record for record in map(json.loads, stderr.splitlines())
+            if record.get("event") == event]
+
+
+def progress_records(stderr: str, task: str) -> list[dict[str, object]]:
+    return [record for record in map(json.loads, stderr.splitlines())
+            if record.get("progress") == task]
 
 
 def test_bad_config_exits_with_the_bad_input_code(tmp_path: Path) -> None:

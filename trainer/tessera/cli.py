@@ -69,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_partition_server(commands)
     _add_eval(commands)
     _add_export(commands)
+    _add_neighbors(commands)
     _add_config(commands)
     return parser
 
@@ -354,6 +355,54 @@ def _run_export(args: argparse.Namespace, reporter: Reporter) -> int:
 
     export_checkpoint(_load(args), args.output, reporter, output_format=args.output_format,
                       entity_types=args.entity_types, overwrite=args.overwrite)
+    return 0
+
+
+def _add_neighbors(commands: Any) -> None:
+    parser = commands.add_parser(
+        "neighbors", help="the entities nearest to some entities, by the model's scores",
+        description="For each NAME, the K entities the latest checkpoint scores highest: by "
+        "the comparator against entities of its type (the name itself left out), or, with "
+        "--relation, as the model ranks the other side of edges (NAME, R, ?) (--side rhs) or "
+        "(?, R, NAME) (--side lhs). Exact search, streaming the embeddings block by block. "
+        "Prints one line per neighbour: name, rank, neighbour, score (tab-separated).")
+    _common(parser)
+    parser.add_argument("names", nargs="+", metavar="NAME", help="entity name")
+    parser.add_argument("-k", "--k", type=int, default=10, help="neighbours per name (10)")
+    parser.add_argument("--entity-type", default=None,
+                        help="the names' entity type, when a name exists in several")
+    parser.add_argument("--relation", default=None, metavar="R",
+                        help="rank the other side of edges of relation R through its operator")
+    parser.add_argument("--side", choices=["rhs", "lhs"], default="rhs",
+                        help="with --relation: rank right-hand sides of (NAME, R, ?) (rhs, the "
+                        "default) or left-hand sides of (?, R, NAME) (lhs)")
+    parser.add_argument("--block-rows", type=int, default=None, metavar="N",
+                        help="embedding rows read and scored at once (default: bounded by the "
+                        "number of names)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document instead of tab-separated lines")
+    parser.set_defaults(run=_run_neighbors)
+
+
+def _run_neighbors(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .querying.trained import TrainedModel
+
+    model = TrainedModel(_load(args), reporter)
+    found = model.neighbors_of_each(args.names, args.k, entity_type=args.entity_type,
+                                    relation=args.relation, side=args.side,
+                                    block_rows=args.block_rows)
+    if args.json:
+        print_result(json.dumps({
+            "k": args.k, "comparator": model.config.comparator, "relation": args.relation,
+            "side": args.side if args.relation else None,
+            "checkpoint_version": model.version,
+            "queries": [{"name": name, "neighbors": [
+                {"name": n.name, "entity_type": n.entity_type, "score": n.score}
+                for n in neighbors]} for name, neighbors in found.items()]}, indent=2))
+        return 0
+    print_result("\n".join(f"{name}\t{rank}\t{n.name}\t{n.score:.6g}"
+                            for name, neighbors in found.items()
+                            for rank, n in enumerate(neighbors, start=1)))
     return 0
 
 

@@ -17,16 +17,14 @@ import pyarrow.csv as pa_csv
 import torch
 
 from .config import ConfigSchema
-from .errors import BadInputError, ConfigError, FormatError
+from .errors import BadInputError, ConfigError
 from .model.featurized_entities import featurized_entity_embeddings
-from .progress import Reporter
+from .progress import Reporter, Task
 from .publishing import staged_directory
+from .querying.names import partition_names
 from .storage.checkpoint import CheckpointStore
 from .storage.entities import (
-    entity_count_file,
-    entity_names_file,
     read_entity_counts,
-    read_entity_names,
     read_relation_names,
 )
 from .storage.entity_features import (
@@ -68,10 +66,12 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
     names = [name for entity in types
              for name in _files_of(entity, output_format, featurized.get(entity))]
     names.append(RELATION_PARAMETERS_FILE)
-    with staged_directory(target, names, overwrite=overwrite) as staging:
+    total = sum(sum(counts[entity]) for entity in types)
+    with staged_directory(target, names, overwrite=overwrite) as staging, \
+            reporter.task("export", total=total, unit="entities") as task:
         for entity in types:
             partitions = _partitions(store, version, entity_dir, entity, counts[entity],
-                                     config.entity_dimension(entity))
+                                     config.entity_dimension(entity), task)
             if entity in featurized:
                 _export_featurized(config, staging, entity_dir, entity, partitions,
                                    output_format, featurized[entity], reporter)
@@ -137,7 +137,8 @@ def _entity_blocks(entities: EntityFeatures, feature_rows: torch.Tensor,
 
 
 def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, entity: str,
-                counts: list[int], dimension: int) -> Iterator[tuple[list[str], np.ndarray]]:
+                counts: list[int], dimension: int,
+                task: Task) -> Iterator[tuple[list[str], np.ndarray]]:
     """(names, embeddings) of each partition in turn; offsets stand in for missing names.
 
     Each partition's shape is checked against its entity count and the config's dimension.
@@ -145,17 +146,8 @@ def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, ent
     for part, count in enumerate(counts):
         embeddings, _ = store.read_embeddings(entity, part, version, num_entities=count,
                                               dimension=dimension)
-        names_file = entity_names_file(entity, part)
-        if entity_dir.exists(names_file):
-            names = read_entity_names(entity_dir, entity, part)
-            if len(names) != count:
-                raise FormatError(entity_dir.url_of(names_file),
-                                  f"holds {len(names)} names, but the partition has {count} "
-                                  f"entities ({entity_count_file(entity, part)}); import the "
-                                  "entities again")
-        else:
-            names = [f"{part}:{offset}" for offset in range(len(embeddings))]
-        yield names, embeddings
+        yield partition_names(entity_dir, entity, part, count), embeddings
+        task.advance(count, entity_type=entity)
 
 
 def _write_embeddings(target: Directory, files: list[str], total: int,

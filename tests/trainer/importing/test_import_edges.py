@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import random
@@ -313,7 +314,27 @@ def test_progress_and_summary_are_reported_as_json_lines(make_config, tmp_path):
     records = [json.loads(line) for line in log.getvalue().splitlines()]
     done = [record for record in records if record.get("event") == "import done"]
     assert done and done[0]["edges_read"] == 400 and done[0]["edges_written"] == 400
-    assert any(record.get("event") == "import: reading done" for record in records)
+    reading = [record for record in records if record.get("progress") == "import: reading"]
+    size = (tmp_path / "edges.tsv").stat().st_size
+    assert reading[0]["total"] == size  # bytes of the input, known before reading
+    (reading_done,) = [record for record in records
+                       if record.get("event") == "import: reading done"]
+    assert reading_done["bytes"] == size and reading_done["edges"] == 400
+
+
+def test_reading_progress_of_a_compressed_input_counts_edges(make_config, tmp_path):
+    """A decompressed input's size in bytes is not known: edges are counted instead, with
+    a total estimated from the share of the file read."""
+    text = "".join(f"{lhs}\t{rel}\t{rhs}\n" for lhs, rel, rhs in social_graph())
+    path = tmp_path / "edges.tsv.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    log = io.StringIO()
+    import_edges(user_item_config(make_config), [str(path)],
+                 ImportOptions(rel_col=1, rhs_col=2), Reporter("json", log))
+    records = [json.loads(line) for line in log.getvalue().splitlines()]
+    (reading_done,) = [record for record in records
+                       if record.get("event") == "import: reading done"]
+    assert reading_done["edges"] == 400 and "bytes" not in reading_done
 
 
 def test_inputs_and_outputs_on_s3(make_config, tmp_path, s3_dir):
@@ -325,9 +346,13 @@ def test_inputs_and_outputs_on_s3(make_config, tmp_path, s3_dir):
             sink.write(source.read())
     config = user_item_config(make_config, s3_dir.url + "/out",
                               storage_options=s3_dir.storage_options)
+    log = io.StringIO()
     import_edges(config, [inputs.url_of("edges.tsv")], ImportOptions(rel_col=1, rhs_col=2),
-                 QUIET)
+                 Reporter("json", log))
     assert imported_edges(config) == as_multiset(rows)
+    reading = [record for record in map(json.loads, log.getvalue().splitlines())
+               if record.get("progress") == "import: reading"]
+    assert reading[0]["total"] == (tmp_path / "edges.tsv").stat().st_size
     assert grid(config) == (3, 3)
 
 

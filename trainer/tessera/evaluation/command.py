@@ -49,7 +49,8 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     if version == 0:
         raise BadInputError(f"{config.checkpoint_path}: no checkpoint to evaluate; run "
                             "`tessera train` first or fix checkpoint_path")
-    with reporter.task("eval", unit="edges") as task:
+    total = sum(sum(sizes.values()) for sizes in data.bucket_sizes)
+    with reporter.task("eval", total=total, unit="edges") as task:
         if filtered:
             metrics = _filtered(config, data, store, version, filter_paths or config.edge_paths,
                                 task)

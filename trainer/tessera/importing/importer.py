@@ -29,6 +29,8 @@ from .layout import Layout, lay_out
 from .name_pass import NameTables, read_names
 from .options import ImportOptions
 from .plan import ImportPlan, plan_import
+from .read_progress import reading_unit
+from .readers import input_size
 from .spill import EdgeIdSpill
 from .summary import ImportSummary, InputSummary
 from .writer import Publication
@@ -98,10 +100,12 @@ def _known_relations(existing: ExistingDictionary | None) -> int | None:
 
 def _read_names(plan: ImportPlan, spill: EdgeIdSpill, reporter: Reporter,
                 existing: ExistingDictionary | None) -> NameTables:
+    sizes = [input_size(source.url, plan.storage_options) for source in plan.inputs]
+    unit, total = reading_unit(sizes)
     for salt in range(MAX_SALTS):
         try:
-            with reporter.task("import: reading", unit="edges") as task:
-                return read_names(plan, spill, task, salt, existing)
+            with reporter.task("import: reading", total=total, unit=unit) as task:
+                return read_names(plan, spill, task, salt, existing, sizes)
         except FingerprintCollision:
             spill.clear()
             reporter.event("import: two names share a fingerprint; reading again",

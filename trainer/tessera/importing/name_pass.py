@@ -8,6 +8,7 @@ an error naming the file and the line.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ from .edge_blocks import EdgeBlock
 from .existing import ExistingDictionary, KnownNames
 from .header_check import FirstLineCheck
 from .plan import ImportPlan, InputPlan
+from .read_progress import ReadProgress
 from .readers import read_edge_blocks
 from .spill import EdgeIds, EdgeIdSpill
 
@@ -36,10 +38,12 @@ class NameTables:
 
 
 def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0,
-               existing: ExistingDictionary | None = None) -> NameTables:
+               existing: ExistingDictionary | None = None,
+               sizes: Sequence[int | None] | None = None) -> NameTables:
     """Read all inputs, filling the dictionaries (first with the `existing` names) and the
     spill; may raise FingerprintCollision, after which the caller clears the spill and tries
-    another salt."""
+    another salt. `sizes` (bytes of each input, None where unknown) give the task its total."""
+    progress = ReadProgress(task, sizes or [None] * len(plan.inputs))
     entities = NameDictionary(salt)
     relations = NameDictionary(salt) if plan.dynamic_relations else None
     known = existing.seed(entities, relations) if existing is not None else None
@@ -61,7 +65,7 @@ def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0,
             spill.append(index, EdgeIds(rel, lhs, rhs))
             first_line.add(block, lhs, rhs, rel if relations is not None else None)
             count += len(block)
-            _advance(task, len(block), index, len(plan.inputs), block.fraction_read)
+            progress.block(index, len(block), block.fraction_read)
         if count == 0:
             raise FormatError(source.url, "no edges: the input is empty (or holds only blank "
                                           "or skipped lines); give at least one edge per input")
@@ -110,13 +114,3 @@ def _found_relations(block: EdgeBlock, relations: NameDictionary) -> np.ndarray:
     indices = encoded.indices.to_numpy()
     occurrences = np.bincount(indices, minlength=len(encoded.dictionary))
     return relations.encode(encoded.dictionary, weights=occurrences)[indices]
-
-
-def _advance(task: Task, edges: int, index: int, num_inputs: int,
-             fraction_read: float | None) -> None:
-    """Count edges; estimate the total from the share of the inputs read (inputs weigh the
-    same), so that the progress line can show an ETA."""
-    if fraction_read:
-        share = (index + fraction_read) / num_inputs
-        task.total = max((task.done + edges) / share, task.done + edges)
-    task.advance(edges)

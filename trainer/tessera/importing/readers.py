@@ -21,7 +21,7 @@ from .edge_blocks import Columns, EdgeBlock
 from .parquet_input import parquet_blocks
 from .text_input import DelimitedText
 
-__all__ = ["Columns", "EdgeBlock", "detect_format", "read_edge_blocks"]
+__all__ = ["Columns", "EdgeBlock", "detect_format", "input_size", "read_edge_blocks"]
 
 FORMATS = ("tsv", "csv", "parquet")
 EXTENSION_FORMATS = {".tsv": "tsv", ".txt": "tsv", ".csv": "csv", ".parquet": "parquet",
@@ -62,6 +62,20 @@ def read_edge_blocks(url: str, *, input_format: str, columns: Columns, block_edg
             text = DelimitedText(url, delimiter or DEFAULT_DELIMITERS[input_format],
                                  quoted=input_format == "csv", columns=columns)
             yield from text.blocks(file, size, block_edges, skip_rows)
+
+
+def input_size(url: str, storage_options: Mapping[str, Any] | None = None) -> int | None:
+    """The bytes a reader of `url` consumes: its size, unless it is decompressed as read
+    (None: unknown, as for a missing file, which the reader reports)."""
+    storage_options = storage_options or {}
+    if fsspec.utils.infer_compression(url):
+        return None
+    with translate_errors(url, storage_options):
+        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        try:
+            return int(fs.size(path))
+        except (FileNotFoundError, IsADirectoryError):
+            return None
 
 
 @contextlib.contextmanager

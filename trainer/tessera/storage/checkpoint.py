@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import h5py
@@ -180,6 +180,38 @@ class CheckpointStore:
                                        f"{out.shape}")
             _read_in_slices(dataset, out)
             return out, _read_optimizer_state(file, url)
+
+    def embedding_blocks(self, entity_type: str, part: int, version: int, *, block_rows: int,
+                         num_entities: int | None = None,
+                         dimension: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, rows) of one partition's embeddings, `block_rows` rows at a time, the
+        file opened once: a reader that needs one block at a time never holds the partition."""
+        name = embeddings_file(entity_type, part, version)
+        url = self.directory.url_of(name)
+        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+            check_format_version(file, url)
+            dataset = _embeddings_dataset(file, url, num_entities, dimension)
+            rows, columns = dataset.shape
+            for start in range(0, rows, max(1, block_rows)):
+                block = np.empty((min(block_rows, rows - start), columns), dtype=np.float32)
+                _read_in_slices(dataset, block, start)
+                yield start, block
+
+    def read_embedding_rows(self, entity_type: str, part: int, version: int, rows: np.ndarray,
+                            *, num_entities: int | None = None,
+                            dimension: int | None = None) -> np.ndarray:
+        """The float32 embeddings of some rows of a partition (in the order given), without
+        reading the rest of the file."""
+        name = embeddings_file(entity_type, part, version)
+        url = self.directory.url_of(name)
+        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+            check_format_version(file, url)
+            dataset = _embeddings_dataset(file, url, num_entities, dimension)
+            unique, inverse = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+            if not len(unique):
+                return np.empty((0, dataset.shape[1]), dtype=np.float32)
+            values = np.asarray(dataset[unique.tolist()], dtype=np.float32)
+            return values[inverse]
 
     # Model parameters.
 
@@ -408,18 +440,20 @@ def _embeddings_dataset(file: h5py.File, url: str, num_entities: int | None,
     return dataset
 
 
-def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray) -> None:
-    """Read row slices of about READ_SLICE_BYTES each, straight into `out`.
+def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0) -> None:
+    """Read the rows from `first_row` on that fit `out`, in slices of about READ_SLICE_BYTES
+    each, straight into `out`.
 
     A remote file object serves each read with a buffer of its size, so one read of a whole
     multi-GB partition would hold it twice in memory; slices bound that to a few MB.
     """
-    rows, columns = dataset.shape
+    rows, columns = out.shape
     step = max(1, READ_SLICE_BYTES // max(1, columns * out.itemsize))
     for start in range(0, rows, step):
-        selection = np.s_[start:min(start + step, rows)]
+        stop = min(start + step, rows)
         if columns:  # HDF5 rejects empty selections
-            dataset.read_direct(out, source_sel=selection, dest_sel=selection)
+            dataset.read_direct(out, source_sel=np.s_[first_row + start:first_row + stop],
+                                dest_sel=np.s_[start:stop])
 
 
 def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
