@@ -170,7 +170,7 @@ class EmbeddingModel(nn.Module):
             choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
                              all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
                              num_uniform_negs=num_uniform_negs, num_rows=num_rows,
-                             generator=generator, device=edges.rel.device)
+                             generator=generator, device=edges.lhs.ids.device)
             for entities, num_rows, disabled in (
                 (edges.lhs, lhs_rows, self.config.disable_lhs_negs),
                 (edges.rhs, rhs_rows, self.config.disable_rhs_negs)))

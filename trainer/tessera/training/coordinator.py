@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from ..config import ConfigSchema
 from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..errors import BadInputError
@@ -52,7 +54,9 @@ from ..storage.lease import CheckpointLease
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
 from .bucket_trainer import BucketOutcome, BucketTrainer
-from .hogwild import make_pool
+from .device_trainer import DeviceBucketTrainer
+from .devices import check_devices, embedding_dtype, training_devices
+from .hogwild import Pool, make_pool
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
@@ -110,8 +114,10 @@ class Checkpointer(Protocol):
         """Commit the checkpoint that ends `position`; True if training should stop."""
 
 
-def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
-    """Train (or resume training) as the config says; returns what was done."""
+def train(config: ConfigSchema, reporter: Reporter,
+          devices: list[torch.device] | None = None) -> TrainingSummary:
+    """Train (or resume training) as the config says; returns what was done. `devices`: where
+    to train (by default the CUDA devices `num_gpus` asks for; none: the CPU path)."""
     check_supported(config)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
@@ -128,7 +134,8 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
         checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
         run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                           partitions=holder, source=ScheduledBuckets(schedule),
-                          checkpointer=checkpointer, reporter=reporter)
+                          checkpointer=checkpointer, reporter=reporter,
+                          devices=training_devices(config) if devices is None else devices)
         return run.run(start, alongside=lease.renewing())
 
 
@@ -159,8 +166,7 @@ def check_supported(config: ConfigSchema) -> None:
 def check_trainable(config: ConfigSchema) -> None:
     """What every trainer, on one machine or many, needs of a config."""
     check_edge_paths(config)
-    if config.num_gpus > 0:
-        raise BadInputError("num_gpus: Tessera trains on CPUs; set num_gpus: 0")
+    check_devices(config)
 
 
 def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:
@@ -228,6 +234,8 @@ class TrainingRun:
     source: BucketSource
     checkpointer: Checkpointer
     reporter: Reporter
+    # Where buckets train: none, the CPU's Hogwild workers; else the device trainer.
+    devices: list[torch.device] = field(default_factory=list)
     buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
     trained_here: int = field(default=0, init=False)  # buckets this process trained
 
@@ -242,9 +250,8 @@ class TrainingRun:
         positions = list(self.schedule.positions(start)) if start is not None else []
         total = edges_per_position(self.config, self.data, self.schedule) * len(positions)
         pool = make_pool(self.num_workers, train_part, self.state) \
-            if self.num_workers > 1 and positions else None
-        trainer = BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
-                                self.schedule.num_edge_chunks)
+            if self.num_workers > 1 and positions and not self.devices else None
+        trainer = self._bucket_trainer(pool)
         last: BucketOutcome | None = None
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
         with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
@@ -268,8 +275,16 @@ class TrainingRun:
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
-    def _train_step(self, trainer: BucketTrainer, position: ChunkPosition, bucket: Bucket,
-                    task: Task) -> BucketOutcome:
+    def _bucket_trainer(self, pool: Pool | None) -> BucketTrainer | DeviceBucketTrainer:
+        if not self.devices:
+            return BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
+                                 self.schedule.num_edge_chunks)
+        return DeviceBucketTrainer(self.config, self.data, self.state,
+                                   self.schedule.num_edge_chunks, self.devices[0],
+                                   embedding_dtype(self.config))
+
+    def _train_step(self, trainer: BucketTrainer | DeviceBucketTrainer,
+                    position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
