@@ -115,17 +115,28 @@ class DeviceBucketTrainer:
         regularization: float | torch.Tensor = 0.0
         for batch in iter_batches(edges, config.batch_size, config.dynamic_relations, order):
             relation = 0 if config.dynamic_relations else int(batch.rel[0])  # a host tensor
-            if state.optimizer is not None:
-                state.optimizer.zero_grad()
-            gradients = batch_gradients(
-                state.model, self._to_device(batch),
-                tables[lhs_keys[relation]].embeddings, tables[rhs_keys[relation]].embeddings,
-                num_batch_negs=config.num_batch_negs, num_uniform_negs=config.num_uniform_negs,
-                generator=draws)
-            for rows in gradients.rows:
-                row_optimizers[id(rows.table)].step(rows.rows, rows.grads)
-            if state.optimizer is not None:
-                state.optimizer.step()
-            loss = loss + gradients.loss
-            regularization = regularization + gradients.regularization
+            batch_loss, batch_regularization = train_batch(
+                state, self._to_device(batch), tables[lhs_keys[relation]].embeddings,
+                tables[rhs_keys[relation]].embeddings, row_optimizers, draws)
+            loss = loss + batch_loss
+            regularization = regularization + batch_regularization
         return float(loss), float(regularization)
+
+
+def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
+                rhs_table: torch.Tensor, row_optimizers: dict[int, RowAdagrad],
+                generator: torch.Generator) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+    """One step on the device: the batch's gradients, the row-wise Adagrad steps of the
+    tables' rows (`row_optimizers`, by the table's id) and the model's Adagrad step; the
+    batch's loss and regularization (0-d device tensors off the CPU)."""
+    config = state.model.config
+    if state.optimizer is not None:
+        state.optimizer.zero_grad()
+    gradients = batch_gradients(state.model, batch, lhs_table, rhs_table,
+                                num_batch_negs=config.num_batch_negs,
+                                num_uniform_negs=config.num_uniform_negs, generator=generator)
+    for rows in gradients.rows:
+        row_optimizers[id(rows.table)].step(rows.rows, rows.grads)
+    if state.optimizer is not None:
+        state.optimizer.step()
+    return gradients.loss, gradients.regularization
