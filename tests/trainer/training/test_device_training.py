@@ -52,6 +52,8 @@ def test_the_device_path_trains_what_the_cpu_path_trains(graph: PlantedGraph) ->
     for cpu_table, device_table in zip(cpu_tables, device_tables):
         np.testing.assert_allclose(device_table, cpu_table, atol=1e-4)
     assert device_summary.last_loss == pytest.approx(cpu_summary.last_loss, rel=1e-4)
+    assert cpu_summary.device_seconds is None
+    assert device_summary.device_seconds is not None and device_summary.device_seconds > 0
     assert device_summary.last_eval is not None and cpu_summary.last_eval is not None
     assert device_summary.last_eval["mrr"] == pytest.approx(cpu_summary.last_eval["mrr"],
                                                             abs=1e-3)
@@ -107,3 +109,4 @@ def test_one_gpu_trains_like_the_cpu(graph: PlantedGraph, half_precision: bool) 
     # Negatives are drawn by the GPU's generator: the same quality, not the same numbers.
     assert summary.last_eval["mrr"] > 0.8 * cpu_summary.last_eval["mrr"]
     assert all(table.dtype == np.float32 for table in tables)  # the checkpoint format
+    assert summary.device_peak_bytes is not None and summary.device_peak_bytes > 0

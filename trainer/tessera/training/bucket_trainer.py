@@ -36,6 +36,7 @@ class BucketOutcome:
     seconds: float
     eval_before: dict[str, float] | None
     eval_after: dict[str, float] | None
+    device_seconds: float | None = None  # the device's time in the batch loop (device path)
 
     def record(self) -> dict[str, Any]:
         return {"epoch_idx": self.step.epoch_idx, "edge_path_idx": self.step.edge_path_idx,

@@ -37,6 +37,8 @@ from ..log_records import (
     CHUNKS_DONE,
     CHUNKS_TOTAL,
     COMMIT_SECONDS,
+    DEVICE_BUSY_SECONDS,
+    DEVICE_PEAK_MEMORY_GB,
     EDGES_PER_SECOND,
     EPOCH,
     EVAL_PREFIX,
@@ -71,6 +73,9 @@ class TrainingSummary:
     checkpoint_path: str
     last_loss: float | None
     last_eval: dict[str, float] | None
+    # On a device: its time in the buckets' batch loops, and its peak allocated memory.
+    device_seconds: float | None = None
+    device_peak_bytes: int | None = None
 
     @property
     def edges_per_second(self) -> float:
@@ -238,6 +243,7 @@ class TrainingRun:
     devices: list[torch.device] = field(default_factory=list)
     buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
     trained_here: int = field(default=0, init=False)  # buckets this process trained
+    device_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
 
     @property
     def num_workers(self) -> int:
@@ -271,7 +277,9 @@ class TrainingRun:
             checkpoint_version=self.checkpointer.committed_version,
             checkpoint_path=self.config.checkpoint_path,
             last_loss=last.loss if last else None,
-            last_eval=last.eval_after if last else None)
+            last_eval=last.eval_after if last else None,
+            device_seconds=self.device_seconds if self.devices else None,
+            device_peak_bytes=peak_memory(self.devices))
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
@@ -295,6 +303,7 @@ class TrainingRun:
                                 self.config.hogwild_delay if first_ever else 0.0)
         release_freed_memory()  # the bucket's edges and batches, before the next swap
         self.trained_here += 1
+        self.device_seconds += outcome.device_seconds or 0.0
         self._report(task, position, self.source.trained(outcome))
         if self.config.verbose:
             self.reporter.event("bucket trained", **outcome.record())
@@ -312,6 +321,12 @@ class TrainingRun:
         task.advance(progress.edges_done - task.done, **fields)
 
 
+def peak_memory(devices: list[torch.device]) -> int | None:
+    """The most memory torch allocated on the CUDA devices trained on (None: none used)."""
+    cuda = [device for device in devices if device.type == "cuda"]
+    return max(torch.cuda.max_memory_allocated(device) for device in cuda) if cuda else None
+
+
 def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
     """The final summary table of a run."""
     rows: dict[str, Any] = {
@@ -319,6 +334,10 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
         EDGES_PER_SECOND: round(summary.edges_per_second),
         LOSS: None if summary.last_loss is None else round(summary.last_loss, 5)}
     rows.update({EVAL_PREFIX + k: round(v, 4) for k, v in (summary.last_eval or {}).items()})
+    if summary.device_seconds is not None:
+        rows[DEVICE_BUSY_SECONDS] = round(summary.device_seconds, 2)
+    if summary.device_peak_bytes is not None:
+        rows[DEVICE_PEAK_MEMORY_GB] = round(summary.device_peak_bytes / 1e9, 3)
     rows.update({CHECKPOINT_VERSION: summary.checkpoint_version,
                  "checkpoint": summary.checkpoint_path})
     return rows

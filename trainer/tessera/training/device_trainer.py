@@ -35,6 +35,26 @@ from .worker import ModelState
 Tables = dict[PartitionKey, Partition]
 
 
+class DeviceTimer:
+    """The device's time from now to `stop`, by CUDA events recorded on its stream (on the
+    CPU, the host's)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.events = None
+        if device.type == "cuda":
+            self.events = (torch.cuda.Event(enable_timing=True),
+                           torch.cuda.Event(enable_timing=True))
+            self.events[0].record()
+
+    def stop(self, host_seconds: float) -> float:
+        if self.events is None:
+            return host_seconds
+        start, end = self.events
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000
+
+
 @dataclass(eq=False)
 class DeviceBucketTrainer:
     """Trains bucket chunks on `device`, embeddings stored there as `dtype`."""
@@ -69,10 +89,11 @@ class DeviceBucketTrainer:
         state = self.model.pull()
         before = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
                                    rhs_keys, self.device)
-        started = time.monotonic()
+        started, timer = time.monotonic(), DeviceTimer(self.device)
         loss, regularization = self._train_batches(state, edges, tables, lhs_keys, rhs_keys,
                                                    chunk_seed(step))
         seconds = time.monotonic() - started  # reading the sums waited for the device
+        device_seconds = timer.stop(seconds)
         after = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
                                   rhs_keys, self.device)
         self.model.push()
@@ -80,7 +101,8 @@ class DeviceBucketTrainer:
         count = max(len(edges), 1)
         return BucketOutcome(step=step, count=len(edges), loss=loss / count,
                              regularization=regularization / count, seconds=seconds,
-                             eval_before=before, eval_after=after)
+                             eval_before=before, eval_after=after,
+                             device_seconds=device_seconds)
 
     def _staged(self, edges: EdgeList) -> EdgeList:
         """The edges as batches will slice them: grouped by relation type (as `iter_batches`
