@@ -20,7 +20,7 @@ from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
 from tessera.training.coordinator import TrainingSummary, train
-from tessera.training.devices import cuda_device_count
+from tessera.training.devices import cuda_device_count, device_indices
 
 CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -110,3 +110,37 @@ def test_one_gpu_trains_like_the_cpu(graph: PlantedGraph, half_precision: bool) 
     assert summary.last_eval["mrr"] > 0.8 * cpu_summary.last_eval["mrr"]
     assert all(table.dtype == np.float32 for table in tables)  # the checkpoint format
     assert summary.device_peak_bytes is not None and summary.device_peak_bytes > 0
+
+
+@pytest.mark.parametrize(("rank", "num_gpus", "count", "expected"), [
+    (0, 1, 4, [0]), (1, 1, 4, [1]), (5, 1, 4, [1]),  # trainer r on device r % count
+    (1, 2, 4, [2, 3]), (1, 2, 3, [2, 0]), (0, 1, 0, [])])
+def test_trainers_sharing_a_machine_take_different_devices(rank: int, num_gpus: int,
+                                                           count: int,
+                                                           expected: list[int]) -> None:
+    assert device_indices(rank, num_gpus, count) == expected
+
+
+PBG_GPU_CONFIG = '''
+def get_torchbiggraph_config():
+    return dict(
+        entity_path="data/FB15k",
+        edge_paths=["data/FB15k/freebase_mtr100_mte100-train_partitioned"],
+        checkpoint_path="model/fb15k", entities={"all": {"num_partitions": 1}},
+        relations=[{"name": "all_edges", "lhs": "all", "rhs": "all",
+                    "operator": "complex_diagonal"}],
+        dynamic_relations=True, dimension=400, global_emb=False, comparator="dot",
+        num_epochs=50, num_uniform_negs=1000, loss_fn="softmax", lr=0.1,
+        regularization_coef=1e-3, eval_fraction=0.0, num_gpus=1, batch_size=10000,
+        half_precision=True,
+    )
+'''
+
+
+def test_pbg_gpu_config_passes_config_check(tmp_path: Path) -> None:
+    config = tmp_path / "fb15k_config_gpu.py"
+    config.write_text(PBG_GPU_CONFIG)
+    result = subprocess.run([sys.executable, "-m", "tessera", "config", "check", str(config)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert '"num_gpus": 1' in result.stdout

@@ -59,10 +59,13 @@ from .bucket_trainer import BucketOutcome, BucketTrainer
 from .device_trainer import DeviceBucketTrainer
 from .devices import check_devices, embedding_dtype, training_devices
 from .hogwild import Pool, make_pool
+from .multi_device_trainer import MultiDeviceBucketTrainer
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
 from .worker import ModelState, train_part
+
+AnyBucketTrainer = BucketTrainer | DeviceBucketTrainer | MultiDeviceBucketTrainer
 
 
 @dataclass(frozen=True)
@@ -283,15 +286,19 @@ class TrainingRun:
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
-    def _bucket_trainer(self, pool: Pool | None) -> BucketTrainer | DeviceBucketTrainer:
+    def _bucket_trainer(self, pool: Pool | None) -> AnyBucketTrainer:
         if not self.devices:
             return BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
                                  self.schedule.num_edge_chunks)
-        return DeviceBucketTrainer(self.config, self.data, self.state,
-                                   self.schedule.num_edge_chunks, self.devices[0],
-                                   embedding_dtype(self.config))
+        dtype, chunks = embedding_dtype(self.config), self.schedule.num_edge_chunks
+        featurized = any(entity.featurized for entity in self.config.entities.values())
+        if len(self.devices) == 1 or featurized:  # a feature's rows are in no one range
+            return DeviceBucketTrainer(self.config, self.data, self.state, chunks,
+                                       self.devices[0], dtype)
+        return MultiDeviceBucketTrainer(self.config, self.data, self.state, chunks,
+                                        self.devices, dtype)
 
-    def _train_step(self, trainer: BucketTrainer | DeviceBucketTrainer,
+    def _train_step(self, trainer: AnyBucketTrainer,
                     position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)

@@ -11,12 +11,12 @@ the same calls make plain copies (the tests' device).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
 import torch
 
-from ..vocabulary import PartitionKey
 from .partitions import Partition
 
 
@@ -24,15 +24,15 @@ from .partitions import Partition
 class DevicePartitions:
     """Partitions on their way to a device; `ready` says when the compute stream may use them."""
 
-    partitions: dict[PartitionKey, Partition]
+    partitions: dict[Hashable, Partition]
     stream: torch.cuda.Stream | None  # the side stream they were copied on (None: CPU)
 
-    def ready(self) -> dict[PartitionKey, Partition]:
+    def ready(self) -> dict[Hashable, Partition]:
         """The partitions, once the current stream has been told to wait for their copies."""
         if self.stream is not None:
             current = torch.cuda.current_stream(self.stream.device)
             current.wait_stream(self.stream)
-            for partition in self.partitions.values():
+            for partition in {id(p): p for p in self.partitions.values()}.values():
                 partition.embeddings.record_stream(current)
                 partition.adagrad_sum.record_stream(current)
         return self.partitions
@@ -46,20 +46,28 @@ class PartitionCopier:
         self.dtype = dtype
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def to_device(self, partitions: Mapping[PartitionKey, Partition]) -> DevicePartitions:
-        """Start copying `partitions` to the device; returns before the copies end on a GPU."""
+    def to_device(self, partitions: Mapping[Hashable, Partition]) -> DevicePartitions:
+        """Start copying `partitions` to the device; returns before the copies end on a GPU.
+        A partition named by two keys is copied once: both keys name the one copy."""
+        if self.stream is not None:
+            # The side stream must not start before what the compute stream queued so far
+            # (the previous bucket's copies back, from the memory these copies may reuse).
+            self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        copies: dict[int, Partition] = {}
+        with torch.cuda.stream(self.stream) if self.stream is not None \
+                else contextlib.nullcontext():
+            for partition in partitions.values():
+                if id(partition) not in copies:
+                    copies[id(partition)] = self._copy(partition)
+        return DevicePartitions({key: copies[id(p)] for key, p in partitions.items()},
+                                self.stream)
+
+    def _copy(self, partition: Partition) -> Partition:
         if self.stream is None:
-            return DevicePartitions({key: Partition(p.embeddings.to(self.dtype, copy=True),
-                                                    p.adagrad_sum.clone())
-                                     for key, p in partitions.items()}, None)
-        # The side stream must not start before what the compute stream queued so far (the
-        # previous bucket's copies back, which read the memory these copies may reuse).
-        self.stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.stream):
-            copies = {key: Partition(self._upload(p.embeddings).to(self.dtype),
-                                     self._upload(p.adagrad_sum))
-                      for key, p in partitions.items()}
-        return DevicePartitions(copies, self.stream)
+            return Partition(partition.embeddings.to(self.dtype, copy=True),
+                             partition.adagrad_sum.clone())
+        return Partition(self._upload(partition.embeddings).to(self.dtype),
+                         self._upload(partition.adagrad_sum))
 
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         # Shared host memory is pageable: staged through pinned memory, whose block the
@@ -67,8 +75,8 @@ class PartitionCopier:
         return host.pin_memory().to(self.device, non_blocking=True)
 
     @staticmethod
-    def to_host(on_device: Mapping[PartitionKey, Partition],
-                host: Mapping[PartitionKey, Partition]) -> None:
+    def to_host(on_device: Mapping[Hashable, Partition],
+                host: Mapping[Hashable, Partition]) -> None:
         """Write the trained partitions back into the host's tensors, in place (in float32)."""
         for key, partition in on_device.items():
             host[key].embeddings.copy_(partition.embeddings)

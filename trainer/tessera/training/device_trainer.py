@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -84,13 +85,13 @@ class DeviceBucketTrainer:
         # Read while the partitions are being copied.
         [edges], eval_edges = read_training_edges(self.config, self.data, step,
                                                   self.num_chunks, 1)
-        edges = self._staged(edges)
+        edges = self.staged(edges)
         tables = in_flight.ready()
         state = self.model.pull()
         before = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
                                    rhs_keys, self.device)
         started, timer = time.monotonic(), DeviceTimer(self.device)
-        loss, regularization = self._train_batches(state, edges, tables, lhs_keys, rhs_keys,
+        loss, regularization = self.train_edges(state, edges, tables, lhs_keys, rhs_keys,
                                                    chunk_seed(step))
         seconds = time.monotonic() - started  # reading the sums waited for the device
         device_seconds = timer.stop(seconds)
@@ -104,7 +105,7 @@ class DeviceBucketTrainer:
                              eval_before=before, eval_after=after,
                              device_seconds=device_seconds)
 
-    def _staged(self, edges: EdgeList) -> EdgeList:
+    def staged(self, edges: EdgeList) -> EdgeList:
         """The edges as batches will slice them: grouped by relation type (as `iter_batches`
         would group them, so it slices this copy), in pinned memory for a GPU."""
         if not self.config.dynamic_relations and len(edges) > 1 \
@@ -120,10 +121,12 @@ class DeviceBucketTrainer:
             return on_device
         return EdgeList(rel=batch.rel, lhs=on_device.lhs, rhs=on_device.rhs)
 
-    def _train_batches(self, state: ModelState, edges: EdgeList, tables: Tables,
-                       lhs_keys: list[PartitionKey], rhs_keys: list[PartitionKey],
-                       seed: int) -> tuple[float, float]:
-        """Train on `edges` batch by batch; the summed loss and regularization."""
+    def train_edges(self, state: ModelState, edges: EdgeList, tables: Mapping[Hashable, Partition],
+                    lhs_keys: Sequence[Hashable], rhs_keys: Sequence[Hashable],
+                    seed: int) -> tuple[float, float]:
+        """Train on `edges` batch by batch against `tables` (on the device; each relation's
+        sides' tables named by `lhs_keys` and `rhs_keys`); the summed loss and
+        regularization."""
         config = self.config
         order = torch.Generator().manual_seed(seed)  # batch order: drawn on the host
         # Negatives are drawn where they are used; on the CPU from the one generator, as a

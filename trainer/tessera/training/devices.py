@@ -32,11 +32,16 @@ def check_devices(config: ConfigSchema) -> None:
                       f"were found; set num_gpus: {found} or fewer (0 trains on the CPU)")
 
 
+def device_indices(rank: int, num_gpus: int, count: int) -> list[int]:
+    """The CUDA device indices of trainer `rank` with `num_gpus` each, on a machine with
+    `count` devices: consecutive, starting at `rank * num_gpus`, wrapping around."""
+    return [(rank * num_gpus + index) % count for index in range(num_gpus)] if count else []
+
+
 def training_devices(config: ConfigSchema, rank: int = 0) -> list[torch.device]:
     """The CUDA devices trainer `rank` trains on; empty: the CPU path."""
-    count = cuda_device_count()
-    return [torch.device("cuda", (rank * config.num_gpus + index) % count)
-            for index in range(config.num_gpus)] if config.num_gpus and count else []
+    return [torch.device("cuda", index)
+            for index in device_indices(rank, config.num_gpus, cuda_device_count())]
 
 
 def embedding_dtype(config: ConfigSchema) -> torch.dtype:
