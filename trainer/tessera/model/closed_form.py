@@ -257,8 +257,10 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
             loss_fn.margin, weight, chunking.num_edges, pos_scores,
             layout.keys[:, :layout.num_pos], list(zip(blocks, grads, keys)), pos_grad)
     scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
-    # In place, through `where`: on CPU, masked_fill_ takes twice as long.
-    torch.where(layout.mask(), MINUS_INFINITY, scores, out=scores)
+    # In place, through `where`: on CPU, masked_fill_ takes twice as long. Elsewhere the
+    # -inf is made on the scores' device (a fill, not a copy from the host).
+    minus_infinity = MINUS_INFINITY if scores.is_cpu else scores.new_full((), float("-inf"))
+    torch.where(layout.mask(), minus_infinity, scores, out=scores)
     edge_scores = chunking.unchunk(scores)
     loss, edge_pos_grad, edge_neg_grad = loss_fn.value_and_gradients(
         chunking.unchunk(pos_scores), edge_scores)

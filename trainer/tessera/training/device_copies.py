@@ -14,20 +14,23 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
 from .partitions import Partition
 
+Key = TypeVar("Key", bound=Hashable)  # what names a partition or a range of one
+
 
 @dataclass(frozen=True)
-class DevicePartitions:
+class DevicePartitions(Generic[Key]):
     """Partitions on their way to a device; `ready` says when the compute stream may use them."""
 
-    partitions: dict[Hashable, Partition]
+    partitions: dict[Key, Partition]
     stream: torch.cuda.Stream | None  # the side stream they were copied on (None: CPU)
 
-    def ready(self) -> dict[Hashable, Partition]:
+    def ready(self) -> dict[Key, Partition]:
         """The partitions, once the current stream has been told to wait for their copies."""
         if self.stream is not None:
             current = torch.cuda.current_stream(self.stream.device)
@@ -46,7 +49,7 @@ class PartitionCopier:
         self.dtype = dtype
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def to_device(self, partitions: Mapping[Hashable, Partition]) -> DevicePartitions:
+    def to_device(self, partitions: Mapping[Key, Partition]) -> DevicePartitions[Key]:
         """Start copying `partitions` to the device; returns before the copies end on a GPU.
         A partition named by two keys is copied once: both keys name the one copy."""
         if self.stream is not None:
@@ -75,8 +78,7 @@ class PartitionCopier:
         return host.pin_memory().to(self.device, non_blocking=True)
 
     @staticmethod
-    def to_host(on_device: Mapping[Hashable, Partition],
-                host: Mapping[Hashable, Partition]) -> None:
+    def to_host(on_device: Mapping[Key, Partition], host: Mapping[Key, Partition]) -> None:
         """Write the trained partitions back into the host's tensors, in place (in float32)."""
         for key, partition in on_device.items():
             host[key].embeddings.copy_(partition.embeddings)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +26,7 @@ from ..edgelist import EdgeList
 from ..model import batch_gradients
 from ..vocabulary import PartitionKey
 from .bucket_trainer import BucketOutcome, chunk_seed, evaluate_held_out, read_training_edges
-from .device_copies import PartitionCopier
+from .device_copies import Key, PartitionCopier
 from .device_model import DeviceModel
 from .optimizers import RowAdagrad
 from .partitions import Partition
@@ -121,8 +121,8 @@ class DeviceBucketTrainer:
             return on_device
         return EdgeList(rel=batch.rel, lhs=on_device.lhs, rhs=on_device.rhs)
 
-    def train_edges(self, state: ModelState, edges: EdgeList, tables: Mapping[Hashable, Partition],
-                    lhs_keys: Sequence[Hashable], rhs_keys: Sequence[Hashable],
+    def train_edges(self, state: ModelState, edges: EdgeList, tables: Mapping[Key, Partition],
+                    lhs_keys: Sequence[Key], rhs_keys: Sequence[Key],
                     seed: int) -> tuple[float, float]:
         """Train on `edges` batch by batch against `tables` (on the device; each relation's
         sides' tables named by `lhs_keys` and `rhs_keys`); the summed loss and
