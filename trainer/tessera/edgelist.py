@@ -54,6 +54,18 @@ class EntityList:
         positions = torch.repeat_interleave(starts, lengths) + within
         return EntityList.from_features(new_offsets, self.data[positions])
 
+    def to(self, device: torch.device, non_blocking: bool = False) -> EntityList:
+        """The same entities on `device` (`non_blocking` from pinned memory)."""
+        def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor.to(device, non_blocking=non_blocking)
+        return EntityList(ids=self.ids.to(device, non_blocking=non_blocking),
+                          offsets=move(self.offsets), data=move(self.data))
+
+    def pin_memory(self) -> EntityList:
+        return EntityList(ids=self.ids.pin_memory(),
+                          offsets=None if self.offsets is None else self.offsets.pin_memory(),
+                          data=None if self.data is None else self.data.pin_memory())
+
     @staticmethod
     def cat(parts: list[EntityList]) -> EntityList:
         if not parts[0].is_featurized:
@@ -80,6 +92,17 @@ class EdgeList:
 
     def __getitem__(self, index: torch.Tensor | slice) -> EdgeList:
         return EdgeList(rel=self.rel[index], lhs=self.lhs[index], rhs=self.rhs[index])
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> EdgeList:
+        """The same edges on `device` (`non_blocking` from pinned memory)."""
+        return EdgeList(rel=self.rel.to(device, non_blocking=non_blocking),
+                        lhs=self.lhs.to(device, non_blocking),
+                        rhs=self.rhs.to(device, non_blocking))
+
+    def pin_memory(self) -> EdgeList:
+        """A copy in page-locked host memory, from which copies to a GPU run asynchronously."""
+        return EdgeList(rel=self.rel.pin_memory(), lhs=self.lhs.pin_memory(),
+                        rhs=self.rhs.pin_memory())
 
     @staticmethod
     def cat(parts: list[EdgeList]) -> EdgeList:

@@ -3,14 +3,18 @@
 The extension is built at install time when a C compiler is present. Without it, or with
 `TESSERA_KERNELS=0` in the environment, `AVAILABLE` is False and the callers use their torch
 code, which computes the same thing (the tests hold the two equal). `ranking_chunks` also
-needs the BLAS matrix product torch is built with (`CHUNKED`).
+needs the BLAS matrix product torch is built with (`CHUNKED`). The kernels work on CPU
+tensors only: the device trainer turns them off for its thread (`torch_only`), so that it
+runs the torch code on whichever device it trains on, CPU included.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -21,6 +25,25 @@ except ImportError:  # built without a C compiler
     _kernels = None
 
 AVAILABLE = _kernels is not None and os.environ.get("TESSERA_KERNELS", "1") != "0"
+
+_switched_off = threading.local()
+
+
+def active() -> bool:
+    """Whether callers should use the kernels here and now: built, not turned off in the
+    environment, and not turned off for this thread by `torch_only`."""
+    return AVAILABLE and not getattr(_switched_off, "value", False)
+
+
+@contextlib.contextmanager
+def torch_only() -> Iterator[None]:
+    """Within the block, this thread's callers use their torch code (device training)."""
+    before = getattr(_switched_off, "value", False)
+    _switched_off.value = True
+    try:
+        yield
+    finally:
+        _switched_off.value = before
 
 
 def _torch_blas() -> tuple[int, int] | None:

@@ -45,6 +45,10 @@ CHUNKS_DONE = "chunks_done"
 CHUNKS_TOTAL = "chunks_total"
 COMMIT_SECONDS = "commit_seconds"
 EDGES_PER_SECOND = "edges_per_s"
+# The summary's figures of a run on a device (`num_gpus`): the device's time in the batch
+# loops (CUDA events), and the peak memory torch allocated on it.
+DEVICE_BUSY_SECONDS = "device_busy_s"
+DEVICE_PEAK_MEMORY_GB = "device_peak_memory_gb"
 EVAL_PREFIX = "eval_"  # the summary's metrics of the last evaluation: eval_mrr, eval_hits@10
 
 

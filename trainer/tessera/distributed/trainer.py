@@ -32,6 +32,7 @@ from ..training.coordinator import (
     publish_checkpoint,
     report_early_stop,
 )
+from ..training.devices import training_devices
 from ..training.partitions import PartitionLoader
 from ..training.schedule import TrainingSchedule
 from ..training.worker import ModelState
@@ -172,7 +173,8 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
                                    settings.poll_interval)
             run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                               partitions=partitions, source=source,
-                              checkpointer=checkpointer, reporter=reporter)
+                              checkpointer=checkpointer, reporter=reporter,
+                              devices=training_devices(config, rank))
             summary = run.run(start)
         reporter.event("partition traffic", trainer=rank, **partitions.traffic.record())
     return summary

@@ -18,17 +18,24 @@ from .metrics import RankingMetrics
 TablesOf = Callable[[int], tuple[torch.Tensor, torch.Tensor]]  # relation -> (lhs, rhs) tables
 
 
-def rank_against_sampled(model: EmbeddingModel, edges: EdgeList, tables_of: TablesOf, *,
-                         batch_size: int, num_batch_negs: int, num_uniform_negs: int,
-                         dynamic_relations: bool, seed: int = 0) -> RankingMetrics:
-    """Ranks of every edge among its negatives on each side, plus the loss."""
+def rank_against_sampled(  # noqa: PLR0913 (the protocol's settings, keyword-only)
+        model: EmbeddingModel, edges: EdgeList, tables_of: TablesOf, *,
+        batch_size: int, num_batch_negs: int, num_uniform_negs: int,
+        dynamic_relations: bool, seed: int = 0,
+        device: torch.device | None = None) -> RankingMetrics:
+    """Ranks of every edge among its negatives on each side, plus the loss. `device`: where
+    the model and tables are, if not on the CPU (each batch is copied there)."""
     metrics = RankingMetrics()
     generator = torch.Generator().manual_seed(seed)
+    on_device = device is not None and device.type != "cpu"
+    # Negatives are drawn where the batch is; on the CPU from the one generator.
+    draws = torch.Generator(device).manual_seed(seed) if on_device else generator
     with torch.no_grad():
         for batch in iter_batches(edges, batch_size, dynamic_relations, generator):
             lhs, rhs = tables_of(0 if dynamic_relations else int(batch.rel[0]))
-            result = model(batch, lhs, rhs, num_batch_negs=num_batch_negs,
-                           num_uniform_negs=num_uniform_negs, generator=generator)
+            result = model(batch.to(device) if on_device else batch, lhs, rhs,
+                           num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
+                           generator=draws)
             for pos, neg in ((result.lhs_pos_scores, result.lhs_neg_scores),
                              (result.rhs_pos_scores, result.rhs_neg_scores)):
                 if neg.shape[1] > 0:  # a side whose negatives are disabled is not ranked

@@ -38,6 +38,7 @@ from .losses import Loss, RankingLoss
 from .negatives import PADDING, Chunking, SideNegatives, negative_mask
 from .operators import Operator, TranslationOperator, accumulate_grad, summed_over_rows
 from .rows import RowGradients, gather_rows
+from .scalars import batch_scalar
 
 MINUS_INFINITY = torch.tensor(float("-inf"))  # the score of a masked negative
 
@@ -54,7 +55,7 @@ def supports_closed_form(model: EmbeddingModel) -> bool:
 def closed_form_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
                           rhs_table: torch.Tensor, *, num_batch_negs: int,
                           num_uniform_negs: int, generator: torch.Generator | None
-                          ) -> tuple[float, list[RowGradients]]:
+                          ) -> tuple[float | torch.Tensor, list[RowGradients]]:
     """The loss of `edges` and the gradients of the table rows it used; the model parameters'
     gradients are added to their `.grad`. Only for models `supports_closed_form` accepts."""
     plan = model.plan_batch(edges, len(lhs_table), len(rhs_table),
@@ -180,13 +181,13 @@ class SidePipeline:
 
 
 def score_gradients(chunking: Chunking, lhs: ScoredSide, rhs: ScoredSide, loss_fn: Loss,
-                    weight: float) -> tuple[float, torch.Tensor | None]:
+                    weight: float) -> tuple[float | torch.Tensor, torch.Tensor | None]:
     """The loss of both sides' corruptions; its gradients w.r.t. both sides' embeddings go
     to their `grad`. Also the sums of both `grad`s' rows [2, d] where computed on the way
     (the compiled path), else None."""
     size = chunking.chunk_size
     shared = lhs.layout.use_batch and rhs.layout.use_batch
-    if shared and isinstance(loss_fn, RankingLoss) and kernels.AVAILABLE and kernels.CHUNKED \
+    if shared and isinstance(loss_fn, RankingLoss) and kernels.active() and kernels.CHUNKED \
             and torch.get_num_threads() == 1:
         # PBG's default setup: the same steps as below, compiled, one chunk at a time, on
         # one thread (a Hogwild worker's; with more, torch splits the products below).
@@ -243,21 +244,23 @@ def positive_scores(lhs: ScoredSide, rhs: ScoredSide, lhs_scores: torch.Tensor
 
 def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.Tensor],
               grads: list[torch.Tensor], layout: SideLayout, loss_fn: Loss, weight: float,
-              pos_grad: torch.Tensor) -> float:
+              pos_grad: torch.Tensor) -> float | torch.Tensor:
     """The loss of one side's corruptions (relation weight included), whose negatives'
     scores [C, S, M] are `blocks` side by side. Writes their gradients to `grads` (shaped
     like `blocks`, possibly the same tensors) and adds the positives' to `pos_grad` [C, S]."""
     widths = [block.shape[2] for block in blocks]
     neg_keys = layout.keys[:, layout.neg_start:]
-    if kernels.AVAILABLE and isinstance(loss_fn, RankingLoss):
+    if kernels.active() and isinstance(loss_fn, RankingLoss):
         # The other losses' exp/log vectorise well in torch; ranking is a dozen passes there.
         keys = neg_keys.split(widths, dim=1)
         return kernels.ranking_loss(
             loss_fn.margin, weight, chunking.num_edges, pos_scores,
             layout.keys[:, :layout.num_pos], list(zip(blocks, grads, keys)), pos_grad)
     scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
-    # In place, through `where`: on CPU, masked_fill_ takes twice as long.
-    torch.where(layout.mask(), MINUS_INFINITY, scores, out=scores)
+    # In place, through `where`: on CPU, masked_fill_ takes twice as long. Elsewhere the
+    # -inf is made on the scores' device (a fill, not a copy from the host).
+    minus_infinity = MINUS_INFINITY if scores.is_cpu else scores.new_full((), float("-inf"))
+    torch.where(layout.mask(), minus_infinity, scores, out=scores)
     edge_scores = chunking.unchunk(scores)
     loss, edge_pos_grad, edge_neg_grad = loss_fn.value_and_gradients(
         chunking.unchunk(pos_scores), edge_scores)
@@ -271,7 +274,7 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
         if grad.data_ptr() != block_grad.data_ptr() or grad.stride() != block_grad.stride():
             grad.copy_(block_grad)
     chunking.unchunk(pos_grad).add_(edge_pos_grad)
-    return float(loss)
+    return batch_scalar(loss)
 
 
 def write_gradient(side: ScoredSide, pos_grad: torch.Tensor,

@@ -46,6 +46,7 @@ from .operators import DYNAMIC_OPERATORS, OPERATORS, DynamicOperator, Operator
 from .parameter_names import public_name
 from .regularizers import make_regularizer
 from .rows import TouchedRows, gather_rows
+from .scalars import batch_scalar
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class BatchResult:
     """What scoring a batch produced. Scores are detached; masked negatives are -inf."""
 
     loss: torch.Tensor  # scalar: weight * (lhs loss + rhs loss) + regularization; backward this
-    regularization: float  # the part of `loss` due to the regularizer
+    regularization: float | torch.Tensor  # the part of `loss` due to the regularizer (a
+    # tensor off the CPU: see `scalars`)
     count: int  # number of edges
     lhs_pos_scores: torch.Tensor  # [N] the positives the left-hand corruptions compete with
     lhs_neg_scores: torch.Tensor  # [N, M_lhs]
@@ -152,7 +154,8 @@ class EmbeddingModel(nn.Module):
         if regularization is not None:
             loss = loss + regularization
         return BatchResult(
-            loss=loss, regularization=0.0 if regularization is None else regularization.item(),
+            loss=loss,
+            regularization=0.0 if regularization is None else batch_scalar(regularization),
             count=len(edges), lhs_pos_scores=lhs_pos.detach(), lhs_neg_scores=lhs_neg.detach(),
             rhs_pos_scores=rhs_pos.detach(), rhs_neg_scores=rhs_neg.detach(), touched=touched)
 
@@ -167,7 +170,7 @@ class EmbeddingModel(nn.Module):
             choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
                              all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
                              num_uniform_negs=num_uniform_negs, num_rows=num_rows,
-                             generator=generator)
+                             generator=generator, device=edges.lhs.ids.device)
             for entities, num_rows, disabled in (
                 (edges.lhs, lhs_rows, self.config.disable_lhs_negs),
                 (edges.rhs, rhs_rows, self.config.disable_rhs_negs)))
@@ -192,9 +195,10 @@ class EmbeddingModel(nn.Module):
         """`gathered`: the rows of the side's entities (or features), then of the extras."""
         if entities.offsets is not None:
             features = gathered[0]
-            pos = F.embedding_bag(torch.arange(len(features)), features, entities.offsets[:-1],
-                                  mode="mean")
-            keys = torch.arange(len(entities))
+            device = features.device
+            pos = F.embedding_bag(torch.arange(len(features), device=device), features,
+                                  entities.offsets[:-1], mode="mean")
+            keys = torch.arange(len(entities), device=device)
         else:
             pos = gathered[0]
             keys = entities.ids

@@ -16,14 +16,17 @@ from ..edgelist import EdgeList
 from .closed_form import closed_form_gradients, supports_closed_form
 from .embedding_model import EmbeddingModel
 from .rows import RowGradients
+from .scalars import batch_scalar
 
 
 @dataclass(frozen=True)
 class BatchGradients:
     """What a training step applies; the model parameters' gradients are in their `.grad`."""
 
-    loss: float  # weight * (lhs loss + rhs loss) + regularization, summed over the edges
-    regularization: float  # the part of `loss` due to the regularizer
+    # weight * (lhs loss + rhs loss) + regularization, summed over the edges; off the CPU
+    # both are 0-d tensors on the device (see `scalars`)
+    loss: float | torch.Tensor
+    regularization: float | torch.Tensor  # the part of `loss` due to the regularizer
     rows: list[RowGradients]  # one entry per table the batch read
 
 
@@ -41,6 +44,6 @@ def batch_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Ten
                    num_uniform_negs=num_uniform_negs, generator=generator)
     result.loss.backward()
     return BatchGradients(
-        loss=float(result.loss.detach()), regularization=result.regularization,
+        loss=batch_scalar(result.loss), regularization=result.regularization,
         rows=[RowGradients(touched.table, touched.rows, touched.embeddings.grad)
               for touched in result.touched if touched.embeddings.grad is not None])

@@ -76,19 +76,22 @@ class SideNegatives:
     extra_rows: torch.Tensor | None  # table rows: [num_chunks, U] uniform draws, or [E] all
 
 
-def choose_negatives(chunking: Chunking, *, disabled: bool, featurized: bool, all_negs: bool,
-                     num_batch_negs: int, num_uniform_negs: int, num_rows: int,
-                     generator: torch.Generator | None) -> SideNegatives:
+def choose_negatives(  # noqa: PLR0913 (keyword-only settings of one side)
+        chunking: Chunking, *, disabled: bool, featurized: bool, all_negs: bool,
+        num_batch_negs: int, num_uniform_negs: int, num_rows: int,
+        generator: torch.Generator | None, device: torch.device | None = None
+        ) -> SideNegatives:
+    """`device`: where the batch is (the generator's device, when one is given)."""
     if disabled:
         return SideNegatives(use_batch=False, extra_rows=None)
     if featurized:
         return SideNegatives(use_batch=num_batch_negs > 0, extra_rows=None)
     if all_negs:
-        return SideNegatives(use_batch=False, extra_rows=torch.arange(num_rows))
+        return SideNegatives(use_batch=False, extra_rows=torch.arange(num_rows, device=device))
     uniform = None
     if num_uniform_negs > 0:
         uniform = torch.randint(num_rows, (chunking.num_chunks, num_uniform_negs),
-                                generator=generator)
+                                generator=generator, device=device)
     return SideNegatives(use_batch=num_batch_negs > 0, extra_rows=uniform)
 
 

@@ -81,15 +81,17 @@ def gather_rows(requests: Sequence[Request], max_norm: float | None = None, *,
 
 def _leaf(table: torch.Tensor, rows: torch.Tensor, max_norm: float | None,
           training: bool) -> torch.Tensor:
-    if kernels.AVAILABLE and table.dtype == torch.float32 and table.is_contiguous() \
+    if kernels.active() and table.dtype == torch.float32 and table.is_contiguous() \
             and rows.dtype == torch.int64 and not table.requires_grad:
         leaf = kernels.gather(table, rows.contiguous())  # prefetches the random rows
     else:
         leaf = table.index_select(0, rows)
+        if leaf.dtype != torch.float32:  # a half-precision table: scored in float32
+            leaf = leaf.float()
     if max_norm is not None:
         leaf = renorm_rows(leaf, max_norm)
         if training:
-            table.index_copy_(0, rows, leaf)
+            table.index_copy_(0, rows, leaf.to(table.dtype))
     if training and torch.is_grad_enabled():
         leaf.requires_grad_()
     return leaf

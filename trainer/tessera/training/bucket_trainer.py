@@ -16,6 +16,7 @@ from ..data.batching import shuffle_edges, split_among_workers, split_holdout
 from ..data.graph_data import GraphData
 from ..edgelist import EdgeList
 from ..evaluation.sampled import rank_against_sampled
+from ..model import EmbeddingModel
 from ..seeding import stable_seed
 from ..vocabulary import PartitionKey
 from .hogwild import Pool
@@ -35,6 +36,7 @@ class BucketOutcome:
     seconds: float
     eval_before: dict[str, float] | None
     eval_after: dict[str, float] | None
+    device_seconds: float | None = None  # the device's time in the batch loop (device path)
 
     def record(self) -> dict[str, Any]:
         return {"epoch_idx": self.step.epoch_idx, "edge_path_idx": self.step.edge_path_idx,
@@ -67,10 +69,11 @@ class BucketTrainer:
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
-        identity = self._identity(step)
-        seed = stable_seed((step.epoch_idx, *identity))
-        parts, eval_edges = self._read_parts(step, identity, seed)
-        before = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
+        seed = chunk_seed(step)
+        parts, eval_edges = read_training_edges(self.config, self.data, step, self.num_chunks,
+                                                self.num_workers)
+        before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
+                                   lhs_keys, rhs_keys)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
                             rhs_keys=rhs_keys, settings=self.settings, seed=seed + rank,
                             delay_seconds=delay_seconds if rank > 0 else 0.0)
@@ -79,7 +82,8 @@ class BucketTrainer:
             results = [train_part(self.state, task) for task in tasks]
         else:
             results = self.pool.run(tasks)
-        after = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
+        after = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
+                                   lhs_keys, rhs_keys)
         count = sum(r.count for r in results)
         return BucketOutcome(
             step=step, count=count, loss=sum(r.loss for r in results) / max(count, 1),
@@ -87,33 +91,43 @@ class BucketTrainer:
             seconds=max((r.seconds for r in results), default=0.0),
             eval_before=before, eval_after=after)
 
-    @staticmethod
-    def _identity(step: TrainingStep) -> tuple[int, int, int, int]:
-        """What names a bucket chunk: its held-out edges and shuffles are drawn from it."""
-        return (step.edge_path_idx, step.edge_chunk_idx, step.bucket.lhs, step.bucket.rhs)
 
-    def _read_parts(self, step: TrainingStep, identity: tuple[int, ...],
-                    seed: int) -> tuple[list[EdgeList], EdgeList]:
-        """The workers' parts of the chunk's shuffled training edges, and its held-out edges.
 
-        Only the shuffled copy outlives this call: the chunk as read is dropped here rather
-        than held, a second bucket-sized copy, while the workers train.
-        """
-        edges = self.data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx,
-                                     self.num_chunks)
-        train_edges, eval_edges = split_holdout(edges, self.config.eval_fraction, identity)
-        shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(seed))
-        return split_among_workers(shuffled, self.num_workers), eval_edges
+def chunk_identity(step: TrainingStep) -> tuple[int, int, int, int]:
+    """What names a bucket chunk: its held-out edges and shuffles are drawn from it."""
+    return (step.edge_path_idx, step.edge_chunk_idx, step.bucket.lhs, step.bucket.rhs)
 
-    def _evaluate(self, edges: EdgeList, partitions: dict[PartitionKey, Partition],
-                  lhs_keys: list[PartitionKey], rhs_keys: list[PartitionKey]
-                  ) -> dict[str, float] | None:
-        if len(edges) == 0:
-            return None
-        metrics = rank_against_sampled(
-            self.state.model, edges,
-            lambda r: (partitions[lhs_keys[r]].embeddings, partitions[rhs_keys[r]].embeddings),
-            batch_size=self.config.batch_size, num_batch_negs=self.config.eval_num_batch_negs,
-            num_uniform_negs=self.config.eval_num_uniform_negs,
-            dynamic_relations=self.config.dynamic_relations)
-        return metrics.summary()
+
+def chunk_seed(step: TrainingStep) -> int:
+    """The seed of a bucket chunk's shuffle and negatives in one epoch (worker r: + r)."""
+    return stable_seed((step.epoch_idx, *chunk_identity(step)))
+
+
+def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
+                        num_chunks: int, num_parts: int) -> tuple[list[EdgeList], EdgeList]:
+    """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges.
+
+    Only the shuffled copy outlives this call: the chunk as read is dropped here rather
+    than held, a second bucket-sized copy, while the workers train.
+    """
+    edges = data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx, num_chunks)
+    train_edges, eval_edges = split_holdout(edges, config.eval_fraction, chunk_identity(step))
+    shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(chunk_seed(step)))
+    return split_among_workers(shuffled, num_parts), eval_edges
+
+
+def evaluate_held_out(config: ConfigSchema, model: EmbeddingModel, edges: EdgeList,
+                      partitions: dict[PartitionKey, Partition], lhs_keys: list[PartitionKey],
+                      rhs_keys: list[PartitionKey], device: torch.device | None = None
+                      ) -> dict[str, float] | None:
+    """The ranking metrics of a chunk's held-out edges (None if it holds none out);
+    `device`: where the model and partitions are, if not on the CPU."""
+    if len(edges) == 0:
+        return None
+    metrics = rank_against_sampled(
+        model, edges,
+        lambda r: (partitions[lhs_keys[r]].embeddings, partitions[rhs_keys[r]].embeddings),
+        batch_size=config.batch_size, num_batch_negs=config.eval_num_batch_negs,
+        num_uniform_negs=config.eval_num_uniform_negs,
+        dynamic_relations=config.dynamic_relations, device=device)
+    return metrics.summary()

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import torch
+
 from ..config import ConfigSchema
 from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..errors import BadInputError
@@ -35,6 +37,8 @@ from ..log_records import (
     CHUNKS_DONE,
     CHUNKS_TOTAL,
     COMMIT_SECONDS,
+    DEVICE_BUSY_SECONDS,
+    DEVICE_PEAK_MEMORY_GB,
     EDGES_PER_SECOND,
     EPOCH,
     EVAL_PREFIX,
@@ -52,11 +56,16 @@ from ..storage.lease import CheckpointLease
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
 from .bucket_trainer import BucketOutcome, BucketTrainer
-from .hogwild import make_pool
+from .device_trainer import DeviceBucketTrainer
+from .devices import check_devices, embedding_dtype, training_devices
+from .hogwild import Pool, make_pool
+from .multi_device_trainer import MultiDeviceBucketTrainer
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
 from .worker import ModelState, train_part
+
+AnyBucketTrainer = BucketTrainer | DeviceBucketTrainer | MultiDeviceBucketTrainer
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,9 @@ class TrainingSummary:
     checkpoint_path: str
     last_loss: float | None
     last_eval: dict[str, float] | None
+    # On a device: its time in the buckets' batch loops, and its peak allocated memory.
+    device_seconds: float | None = None
+    device_peak_bytes: int | None = None
 
     @property
     def edges_per_second(self) -> float:
@@ -110,8 +122,10 @@ class Checkpointer(Protocol):
         """Commit the checkpoint that ends `position`; True if training should stop."""
 
 
-def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
-    """Train (or resume training) as the config says; returns what was done."""
+def train(config: ConfigSchema, reporter: Reporter,
+          devices: list[torch.device] | None = None) -> TrainingSummary:
+    """Train (or resume training) as the config says; returns what was done. `devices`: where
+    to train (by default the CUDA devices `num_gpus` asks for; none: the CPU path)."""
     check_supported(config)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
@@ -128,7 +142,8 @@ def train(config: ConfigSchema, reporter: Reporter) -> TrainingSummary:
         checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
         run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                           partitions=holder, source=ScheduledBuckets(schedule),
-                          checkpointer=checkpointer, reporter=reporter)
+                          checkpointer=checkpointer, reporter=reporter,
+                          devices=training_devices(config) if devices is None else devices)
         return run.run(start, alongside=lease.renewing())
 
 
@@ -159,8 +174,7 @@ def check_supported(config: ConfigSchema) -> None:
 def check_trainable(config: ConfigSchema) -> None:
     """What every trainer, on one machine or many, needs of a config."""
     check_edge_paths(config)
-    if config.num_gpus > 0:
-        raise BadInputError("num_gpus: Tessera trains on CPUs; set num_gpus: 0")
+    check_devices(config)
 
 
 def make_schedule(config: ConfigSchema, data: GraphData) -> TrainingSchedule:
@@ -228,8 +242,11 @@ class TrainingRun:
     source: BucketSource
     checkpointer: Checkpointer
     reporter: Reporter
+    # Where buckets train: none, the CPU's Hogwild workers; else the device trainer.
+    devices: list[torch.device] = field(default_factory=list)
     buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
     trained_here: int = field(default=0, init=False)  # buckets this process trained
+    device_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
 
     @property
     def num_workers(self) -> int:
@@ -242,9 +259,8 @@ class TrainingRun:
         positions = list(self.schedule.positions(start)) if start is not None else []
         total = edges_per_position(self.config, self.data, self.schedule) * len(positions)
         pool = make_pool(self.num_workers, train_part, self.state) \
-            if self.num_workers > 1 and positions else None
-        trainer = BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
-                                self.schedule.num_edge_chunks)
+            if self.num_workers > 1 and positions and not self.devices else None
+        trainer = self._bucket_trainer(pool)
         last: BucketOutcome | None = None
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
         with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
@@ -264,12 +280,26 @@ class TrainingRun:
             checkpoint_version=self.checkpointer.committed_version,
             checkpoint_path=self.config.checkpoint_path,
             last_loss=last.loss if last else None,
-            last_eval=last.eval_after if last else None)
+            last_eval=last.eval_after if last else None,
+            device_seconds=self.device_seconds if self.devices else None,
+            device_peak_bytes=peak_memory(self.devices))
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
-    def _train_step(self, trainer: BucketTrainer, position: ChunkPosition, bucket: Bucket,
-                    task: Task) -> BucketOutcome:
+    def _bucket_trainer(self, pool: Pool | None) -> AnyBucketTrainer:
+        if not self.devices:
+            return BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
+                                 self.schedule.num_edge_chunks)
+        dtype, chunks = embedding_dtype(self.config), self.schedule.num_edge_chunks
+        featurized = any(entity.featurized for entity in self.config.entities.values())
+        if len(self.devices) == 1 or featurized:  # a feature's rows are in no one range
+            return DeviceBucketTrainer(self.config, self.data, self.state, chunks,
+                                       self.devices[0], dtype)
+        return MultiDeviceBucketTrainer(self.config, self.data, self.state, chunks,
+                                        self.devices, dtype)
+
+    def _train_step(self, trainer: AnyBucketTrainer,
+                    position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
@@ -280,6 +310,7 @@ class TrainingRun:
                                 self.config.hogwild_delay if first_ever else 0.0)
         release_freed_memory()  # the bucket's edges and batches, before the next swap
         self.trained_here += 1
+        self.device_seconds += outcome.device_seconds or 0.0
         self._report(task, position, self.source.trained(outcome))
         if self.config.verbose:
             self.reporter.event("bucket trained", **outcome.record())
@@ -297,6 +328,12 @@ class TrainingRun:
         task.advance(progress.edges_done - task.done, **fields)
 
 
+def peak_memory(devices: list[torch.device]) -> int | None:
+    """The most memory torch allocated on the CUDA devices trained on (None: none used)."""
+    cuda = [device for device in devices if device.type == "cuda"]
+    return max(torch.cuda.max_memory_allocated(device) for device in cuda) if cuda else None
+
+
 def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
     """The final summary table of a run."""
     rows: dict[str, Any] = {
@@ -304,6 +341,10 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
         EDGES_PER_SECOND: round(summary.edges_per_second),
         LOSS: None if summary.last_loss is None else round(summary.last_loss, 5)}
     rows.update({EVAL_PREFIX + k: round(v, 4) for k, v in (summary.last_eval or {}).items()})
+    if summary.device_seconds is not None:
+        rows[DEVICE_BUSY_SECONDS] = round(summary.device_seconds, 2)
+    if summary.device_peak_bytes is not None:
+        rows[DEVICE_PEAK_MEMORY_GB] = round(summary.device_peak_bytes / 1e9, 3)
     rows.update({CHECKPOINT_VERSION: summary.checkpoint_version,
                  "checkpoint": summary.checkpoint_path})
     return rows

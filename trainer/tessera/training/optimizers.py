@@ -32,13 +32,30 @@ def coalesce_rows(rows: torch.Tensor,
     # Most rows of a batch are named once. Copying one gradient of each row (whichever
     # occurrence the scatter keeps) and adding the few others moves far less memory than
     # adding every gradient into zeros (index_add_ reads a full-size index on CPU).
-    positions = torch.arange(len(rows))
+    positions = torch.arange(len(rows), device=rows.device)
     kept = torch.empty_like(unique_rows).scatter_(0, inverse, positions)
     summed = grads.index_select(0, kept)
     others = (kept.index_select(0, inverse) != positions).nonzero().squeeze(1)
     if len(others):
         summed.index_add_(0, inverse.index_select(0, others), grads.index_select(0, others))
     return unique_rows, summed
+
+
+def coalesce_rows_without_syncs(rows: torch.Tensor,
+                                    grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What `coalesce_rows` gives, in as many slots as `rows` has: the distinct rows first,
+    then slots naming row 0 with a zero gradient (which the Adagrad step leaves unchanged).
+
+    The number of distinct rows is never read on the host, so on a GPU nothing waits for
+    the device (`torch.unique` and `nonzero` do); a sort and two scatters instead.
+    """
+    sorted_rows, order = torch.sort(rows)
+    starts = torch.ones_like(sorted_rows, dtype=torch.bool)
+    starts[1:] = sorted_rows[1:] != sorted_rows[:-1]
+    slots = torch.cumsum(starts, 0).sub_(1)
+    summed = torch.zeros_like(grads).index_add_(0, slots, grads.index_select(0, order))
+    slot_rows = torch.zeros_like(rows).scatter_(0, slots, sorted_rows)
+    return slot_rows, summed
 
 
 def row_adagrad_state(row_sum: torch.Tensor, lr: float) -> dict[str, Any]:
@@ -51,18 +68,20 @@ class RowAdagrad:
     """Adagrad over the rows of one embedding table, with one float32 accumulator per row."""
 
     def __init__(self, table: torch.Tensor, lr: float,
-                 row_sum: torch.Tensor | None = None) -> None:
+                 row_sum: torch.Tensor | None = None, *, without_syncs: bool = False) -> None:
+        """`without_syncs`: coalesce without reading sizes on the host (device training)."""
         if table.dim() != 2:
             raise ValueError(f"RowAdagrad needs a 2-D table, got shape {tuple(table.shape)}")
         if row_sum is None:
-            row_sum = torch.zeros(len(table), dtype=torch.float32)
+            row_sum = torch.zeros(len(table), dtype=torch.float32, device=table.device)
         if row_sum.shape != (len(table),):
             raise ValueError(f"accumulator of shape {tuple(row_sum.shape)} for a table of "
                              f"{len(table)} rows")
         self.table = table
         self.lr = lr
         self.row_sum = row_sum
-        use_kernel = (kernels.AVAILABLE and table.dtype == torch.float32
+        self.coalesce = coalesce_rows_without_syncs if without_syncs else coalesce_rows
+        use_kernel = (kernels.active() and not without_syncs and table.dtype == torch.float32
                       and table.is_contiguous() and row_sum.is_contiguous())
         # The compiled step's scratch: where each row's gradients are being summed.
         self.slots = torch.full((len(table),), -1, dtype=torch.int32) if use_kernel else None
@@ -74,7 +93,7 @@ class RowAdagrad:
             kernels.row_adagrad(self.table, self.row_sum, rows.contiguous(),
                                 grads.contiguous(), self.lr, EPSILON, self.slots)
             return
-        rows, grads = coalesce_rows(rows, grads)
+        rows, grads = self.coalesce(rows, grads)
         # The mean square of each row, without materialising the squares.
         delta = torch.linalg.vector_norm(grads, dim=1).square_().div_(grads.shape[1])
         # Another worker may add to the shared accumulator at the same time; reading it
@@ -85,7 +104,10 @@ class RowAdagrad:
         step_size = local_sum.sqrt_().add_(EPSILON).reciprocal_().mul_(-self.lr)
         # Scaling the (private, coalesced) gradients first: index_add_ is about twice as fast
         # without its `alpha`.
-        self.table.index_add_(0, rows, grads.mul_(step_size.unsqueeze(1)))
+        update = grads.mul_(step_size.unsqueeze(1))
+        # A half-precision table takes the update computed in float32 (the rows' state too).
+        self.table.index_add_(0, rows, update if update.dtype == self.table.dtype
+                              else update.to(self.table.dtype))
 
     def share_memory_(self) -> RowAdagrad:
         self.row_sum.share_memory_()
@@ -120,9 +142,9 @@ class DenseAdagrad:
         self.params = params
         self.lr = lr
         self.sums = [torch.zeros_like(p, memory_format=torch.contiguous_format) for p in params]
-        self.steps = [torch.zeros((), dtype=torch.float32) for _ in params]
+        self.steps = [torch.zeros((), dtype=torch.float32, device=p.device) for p in params]
         # Whether `step` makes the compiled call (float32 parameters only).
-        self.compiled = kernels.AVAILABLE and all(p.dtype == torch.float32 for p in params)
+        self.compiled = kernels.active() and all(p.dtype == torch.float32 for p in params)
 
     def zero_grad(self) -> None:
         for param in self.params:

@@ -1,0 +1,146 @@
+"""The device path end to end: the same runs as the CPU path, on `torch.device("cpu")` here
+and on a CUDA device where one exists; checkpoints pass between the two paths both ways;
+`num_gpus` without enough CUDA devices is refused before any data is read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from support.planted import PlantedGraph, write_planted_graph
+
+from tessera.config import parse_config
+from tessera.errors import EXIT_BAD_INPUT
+from tessera.progress import Reporter
+from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.fs import Directory
+from tessera.training.coordinator import TrainingSummary, train
+from tessera.training.devices import cuda_device_count, device_indices
+
+CPU = torch.device("cpu")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory: pytest.TempPathFactory) -> PlantedGraph:
+    return write_planted_graph(tmp_path_factory.mktemp("planted"), num_partitions=2,
+                               num_edges=4000)
+
+
+def run(graph: PlantedGraph, name: str, devices: list[torch.device] | None,
+        **overrides: Any) -> tuple[TrainingSummary, np.ndarray, np.ndarray]:
+    """Train into checkpoint folder `name`; the summary and both partitions' embeddings."""
+    settings = {"checkpoint_path": str(graph.root / name), "num_epochs": 2,
+                "eval_fraction": 0.05, **overrides}
+    config = parse_config(graph.config(**settings))
+    summary = train(config, Reporter("quiet"), devices=devices)
+    store = CheckpointStore(Directory(config.checkpoint_path))
+    lhs, rhs = (store.read_embeddings("node", part)[0] for part in range(2))
+    return summary, lhs, rhs
+
+
+def test_the_device_path_trains_what_the_cpu_path_trains(graph: PlantedGraph) -> None:
+    # One Hogwild worker and the device path draw the same batches and negatives: only the
+    # kernels' and torch's rounding differ.
+    cpu_summary, *cpu_tables = run(graph, "cpu", devices=[])
+    device_summary, *device_tables = run(graph, "device", devices=[CPU])
+    for cpu_table, device_table in zip(cpu_tables, device_tables):
+        np.testing.assert_allclose(device_table, cpu_table, atol=1e-4)
+    assert device_summary.last_loss == pytest.approx(cpu_summary.last_loss, rel=1e-4)
+    assert cpu_summary.device_seconds is None
+    assert device_summary.device_seconds is not None and device_summary.device_seconds > 0
+    assert device_summary.last_eval is not None and cpu_summary.last_eval is not None
+    assert device_summary.last_eval["mrr"] == pytest.approx(cpu_summary.last_eval["mrr"],
+                                                            abs=1e-3)
+
+
+@pytest.mark.parametrize("first, second", [("cpu", "device"), ("device", "cpu")])
+def test_a_checkpoint_resumes_on_the_other_path(graph: PlantedGraph, first: str,
+                                                second: str) -> None:
+    """One epoch on one path, the second on the other: the same as two on the CPU path."""
+    devices = {"cpu": [], "device": [CPU]}
+    _, *reference = run(graph, f"both-cpu-{first}", devices=[])
+    name = f"{first}-then-{second}"
+    run(graph, name, devices=devices[first], num_epochs=1)
+    summary, *resumed = run(graph, name, devices=devices[second])
+    assert summary.checkpoint_version == 2
+    for expected, table in zip(reference, resumed):
+        np.testing.assert_allclose(table, expected, atol=1e-4)
+
+
+def test_the_device_path_learns(graph: PlantedGraph) -> None:
+    summary, *_ = run(graph, "learns", devices=[CPU], num_epochs=6)
+    stats = CheckpointStore(Directory(str(graph.root / "learns"))).read_stats()
+    first, last = stats[0], stats[-1]
+    assert last["stats"]["metrics"]["loss"] < first["stats"]["metrics"]["loss"]
+    assert last["eval_stats_after"]["mrr"] > 1.2 * first["eval_stats_before"]["mrr"]
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="this machine has a CUDA device")
+def test_num_gpus_without_a_cuda_device_is_refused_before_reading_data(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "entities: {node: {num_partitions: 1}}\n"
+        "relations: [{name: link, lhs: node, rhs: node}]\ndimension: 8\n"
+        f"entity_path: {tmp_path / 'missing'}\nedge_paths: [{tmp_path / 'missing-edges'}]\n"
+        f"checkpoint_path: {tmp_path / 'checkpoints'}\nnum_gpus: 1\n")
+    result = subprocess.run([sys.executable, "-m", "tessera", "train", str(config)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == EXIT_BAD_INPUT
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].count("num_gpus") >= 2  # names the key, and says what to set it to
+    assert "no CUDA device was found" in lines[0] and "num_gpus: 0" in lines[0]
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@needs_cuda
+@pytest.mark.parametrize("half_precision", [False, True])
+def test_one_gpu_trains_like_the_cpu(graph: PlantedGraph, half_precision: bool) -> None:
+    cpu_summary, *cpu_tables = run(graph, f"cuda-reference-{half_precision}", devices=[])
+    summary, *tables = run(graph, f"cuda-{half_precision}", devices=None, num_gpus=1,
+                           half_precision=half_precision)
+    assert summary.last_eval is not None and cpu_summary.last_eval is not None
+    # Negatives are drawn by the GPU's generator: the same quality, not the same numbers.
+    assert summary.last_eval["mrr"] > 0.8 * cpu_summary.last_eval["mrr"]
+    assert all(table.dtype == np.float32 for table in tables)  # the checkpoint format
+    assert summary.device_peak_bytes is not None and summary.device_peak_bytes > 0
+
+
+@pytest.mark.parametrize(("rank", "num_gpus", "count", "expected"), [
+    (0, 1, 4, [0]), (1, 1, 4, [1]), (5, 1, 4, [1]),  # trainer r on device r % count
+    (1, 2, 4, [2, 3]), (1, 2, 3, [2, 0]), (0, 1, 0, [])])
+def test_trainers_sharing_a_machine_take_different_devices(rank: int, num_gpus: int,
+                                                           count: int,
+                                                           expected: list[int]) -> None:
+    assert device_indices(rank, num_gpus, count) == expected
+
+
+PBG_GPU_CONFIG = '''
+def get_torchbiggraph_config():
+    return dict(
+        entity_path="data/FB15k",
+        edge_paths=["data/FB15k/freebase_mtr100_mte100-train_partitioned"],
+        checkpoint_path="model/fb15k", entities={"all": {"num_partitions": 1}},
+        relations=[{"name": "all_edges", "lhs": "all", "rhs": "all",
+                    "operator": "complex_diagonal"}],
+        dynamic_relations=True, dimension=400, global_emb=False, comparator="dot",
+        num_epochs=50, num_uniform_negs=1000, loss_fn="softmax", lr=0.1,
+        regularization_coef=1e-3, eval_fraction=0.0, num_gpus=1, batch_size=10000,
+        half_precision=True,
+    )
+'''
+
+
+def test_pbg_gpu_config_passes_config_check(tmp_path: Path) -> None:
+    config = tmp_path / "fb15k_config_gpu.py"
+    config.write_text(PBG_GPU_CONFIG)
+    result = subprocess.run([sys.executable, "-m", "tessera", "config", "check", str(config)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert '"num_gpus": 1' in result.stdout

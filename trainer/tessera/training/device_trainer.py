@@ -1,0 +1,167 @@
+"""Training bucket chunks on one device: a CUDA GPU, or the CPU (which the tests use).
+
+The bucket's partitions (embeddings and their Adagrad sums) are copied to the device while
+the host reads and shuffles the bucket's edges; then every batch is copied there (from
+pinned memory, without waiting) and scored, differentiated and stepped there, by the torch
+code of the model and optimizers (the compiled kernels are CPU-only and are turned off for
+this thread, so a test on the CPU runs what a GPU runs). Losses are summed on the device and
+read once per bucket; the trained partitions and the model's change go back to the host at
+the end, so checkpoints and swaps are exactly those of the CPU path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .. import kernels
+from ..config import ConfigSchema
+from ..data.batching import iter_batches
+from ..data.graph_data import GraphData
+from ..edgelist import EdgeList
+from ..model import batch_gradients
+from ..vocabulary import PartitionKey
+from .bucket_trainer import BucketOutcome, chunk_seed, evaluate_held_out, read_training_edges
+from .device_copies import Key, PartitionCopier
+from .device_model import DeviceModel
+from .optimizers import RowAdagrad
+from .partitions import Partition
+from .schedule import TrainingStep
+from .worker import ModelState
+
+Tables = dict[PartitionKey, Partition]
+
+
+class DeviceTimer:
+    """The device's time from now to `stop`, by CUDA events recorded on its stream (on the
+    CPU, the host's)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.events = None
+        if device.type == "cuda":
+            self.events = (torch.cuda.Event(enable_timing=True),
+                           torch.cuda.Event(enable_timing=True))
+            self.events[0].record()
+
+    def stop(self, host_seconds: float) -> float:
+        if self.events is None:
+            return host_seconds
+        start, end = self.events
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000
+
+
+@dataclass(eq=False)
+class DeviceBucketTrainer:
+    """Trains bucket chunks on `device`, embeddings stored there as `dtype`."""
+
+    config: ConfigSchema
+    data: GraphData
+    state: ModelState  # the host's: what checkpoints save
+    num_chunks: int
+    device: torch.device
+    dtype: torch.dtype = torch.float32
+
+    def __post_init__(self) -> None:
+        self.model = DeviceModel(self.state, self.config, self.device)
+        self.copier = PartitionCopier(self.device, self.dtype)
+
+    def train(self, step: TrainingStep, partitions: Tables,
+              delay_seconds: float = 0.0) -> BucketOutcome:
+        """Train one bucket chunk (`delay_seconds`, the Hogwild delay, has no use here)."""
+        on_gpu = torch.cuda.device(self.device) if self.device.type == "cuda" \
+            else contextlib.nullcontext()
+        with kernels.torch_only(), on_gpu:
+            return self._train(step, partitions)
+
+    def _train(self, step: TrainingStep, partitions: Tables) -> BucketOutcome:
+        lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
+        in_flight = self.copier.to_device(partitions)
+        # Read while the partitions are being copied.
+        [edges], eval_edges = read_training_edges(self.config, self.data, step,
+                                                  self.num_chunks, 1)
+        edges = self.staged(edges)
+        tables = in_flight.ready()
+        state = self.model.pull()
+        before = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
+                                   rhs_keys, self.device)
+        started, timer = time.monotonic(), DeviceTimer(self.device)
+        loss, regularization = self.train_edges(state, edges, tables, lhs_keys, rhs_keys,
+                                                chunk_seed(step))
+        seconds = time.monotonic() - started  # reading the sums waited for the device
+        device_seconds = timer.stop(seconds)
+        after = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
+                                  rhs_keys, self.device)
+        self.model.push()
+        PartitionCopier.to_host(tables, partitions)
+        count = max(len(edges), 1)
+        return BucketOutcome(step=step, count=len(edges), loss=loss / count,
+                             regularization=regularization / count, seconds=seconds,
+                             eval_before=before, eval_after=after,
+                             device_seconds=device_seconds)
+
+    def staged(self, edges: EdgeList) -> EdgeList:
+        """The edges as batches will slice them: grouped by relation type (as `iter_batches`
+        would group them, so it slices this copy), in pinned memory for a GPU."""
+        if not self.config.dynamic_relations and len(edges) > 1 \
+                and not bool((edges.rel[1:] >= edges.rel[:-1]).all()):
+            edges = edges[torch.argsort(edges.rel, stable=True)]
+        return edges.pin_memory() if self.device.type == "cuda" else edges
+
+    def _to_device(self, batch: EdgeList) -> EdgeList:
+        """The batch on the device; with one relation type per batch its relation stays on
+        the host, where the model reads it (on the device that read would wait for it)."""
+        on_device = batch.to(self.device, non_blocking=True)
+        if self.config.dynamic_relations:
+            return on_device
+        return EdgeList(rel=batch.rel, lhs=on_device.lhs, rhs=on_device.rhs)
+
+    def train_edges(self, state: ModelState, edges: EdgeList, tables: Mapping[Key, Partition],
+                    lhs_keys: Sequence[Key], rhs_keys: Sequence[Key],
+                    seed: int) -> tuple[float, float]:
+        """Train on `edges` batch by batch against `tables` (on the device; each relation's
+        sides' tables named by `lhs_keys` and `rhs_keys`); the summed loss and
+        regularization."""
+        config = self.config
+        order = torch.Generator().manual_seed(seed)  # batch order: drawn on the host
+        # Negatives are drawn where they are used; on the CPU from the one generator, as a
+        # Hogwild worker draws them.
+        draws = order if self.device.type == "cpu" \
+            else torch.Generator(self.device).manual_seed(seed)
+        row_optimizers = {id(p.embeddings): RowAdagrad(p.embeddings, config.lr, p.adagrad_sum,
+                                                       without_syncs=True)
+                          for p in tables.values()}
+        loss: float | torch.Tensor = 0.0
+        regularization: float | torch.Tensor = 0.0
+        for batch in iter_batches(edges, config.batch_size, config.dynamic_relations, order):
+            relation = 0 if config.dynamic_relations else int(batch.rel[0])  # a host tensor
+            batch_loss, batch_regularization = train_batch(
+                state, self._to_device(batch), tables[lhs_keys[relation]].embeddings,
+                tables[rhs_keys[relation]].embeddings, row_optimizers, draws)
+            loss = loss + batch_loss
+            regularization = regularization + batch_regularization
+        return float(loss), float(regularization)
+
+
+def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
+                rhs_table: torch.Tensor, row_optimizers: dict[int, RowAdagrad],
+                generator: torch.Generator) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+    """One step on the device: the batch's gradients, the row-wise Adagrad steps of the
+    tables' rows (`row_optimizers`, by the table's id) and the model's Adagrad step; the
+    batch's loss and regularization (0-d device tensors off the CPU)."""
+    config = state.model.config
+    if state.optimizer is not None:
+        state.optimizer.zero_grad()
+    gradients = batch_gradients(state.model, batch, lhs_table, rhs_table,
+                                num_batch_negs=config.num_batch_negs,
+                                num_uniform_negs=config.num_uniform_negs, generator=generator)
+    for rows in gradients.rows:
+        row_optimizers[id(rows.table)].step(rows.rows, rows.grads)
+    if state.optimizer is not None:
+        state.optimizer.step()
+    return gradients.loss, gradients.regularization
