@@ -166,6 +166,8 @@ def one_run(dataset: str, system: str, run_idx: int, config: dict[str, Any],
     folder = OUTPUT / "quality" / tag / dataset / system / str(run_idx)
     subprocess.run(["rm", "-rf", str(folder)], check=True)
     folder.mkdir(parents=True)
+    if system == "Tessera":  # PBG has no seed: it draws anew in every run
+        config = {**config, "seed": run_idx}
     import_and_train(system, folder, config, files, pbg_bin)
     metrics = filtered_metrics(folder, config)
     result = Result(dataset, system, metrics["mrr"], metrics["hits@10"])

@@ -237,10 +237,10 @@ def test_partitions_are_read_and_drawn_straight_into_memory_workers_share(
     benchmark's main process held one per swap)."""
     monkeypatch.setenv("TESSERA_HOGWILD", "processes")
     graph = trained_graphs[4]
-    config = parse_config(graph.config())
+    config = parse_config(graph.config(seed=3))
     store = CheckpointStore(Directory(config.checkpoint_path))
     counts = {"node": [len(range(part, graph.num_entities, 4)) for part in range(4)]}
-    loader = PartitionLoader(config, counts, store, None, seed=3)
+    loader = PartitionLoader(config, counts, store, None)
     loaded = loader.load(("node", 1), store.current_version())
     expected, _ = store.read_embeddings("node", 1)
     assert loaded.embeddings.is_shared()

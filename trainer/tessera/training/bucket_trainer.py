@@ -68,7 +68,7 @@ class BucketTrainer:
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         identity = self._identity(step)
-        seed = stable_seed((step.epoch_idx, *identity))
+        seed = stable_seed((self.config.seed, step.epoch_idx, *identity))
         parts, eval_edges = self._read_parts(step, identity, seed)
         before = self._evaluate(eval_edges, partitions, lhs_keys, rhs_keys)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
