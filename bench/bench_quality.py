@@ -11,10 +11,11 @@ the table gives the median and range of filtered MRR and Hits@10 over the runs.
 
 By default both train PyTorch-BigGraph's FB15k example (ComplEx, dynamic relations, dot,
 softmax, lr 0.1; without its N3 regularizer, which PBG 1.0 lacks) at dimension 200 with 1000
-batch and 1000 uniform negatives; `--tuned` trains Tessera alone with examples/{dataset}/config.yaml. UMLS is bundled in
-examples/umls; Nations is fetched from the public ConvE repository (Dettmers et al. 2018, the
-split that UMLS comes from) into bench/output/data, or read from `--data nations=DIR`, a folder
-with train, valid and test files (`.txt` or `.tsv`, `head<TAB>relation<TAB>tail`).
+batch and 1000 uniform negatives; `--tuned` trains Tessera alone with
+examples/{dataset}/config.yaml, `--runs` seeds. UMLS is bundled in examples/umls; Nations
+is fetched from the public ConvE repository (Dettmers et al. 2018, the split that UMLS comes
+from) into bench/output/data, or read from `--data nations=DIR`, a folder with train, valid
+and test files (`.txt` or `.tsv`, one `head<TAB>relation<TAB>tail` per line).
 PBG needs an environment of its own (`pip install torchbiggraph 'setuptools<81'`).
 """
 

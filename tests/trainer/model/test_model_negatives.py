@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -82,7 +83,7 @@ def test_uniform_draws_follow_the_callers_generator() -> None:
 
 def test_negatives_are_the_chunks_own_edges_then_the_extra_rows() -> None:
     chunking = Chunking(5, 3)
-    negatives = choose(chunking, num_uniform_negs=1, mask_same_entity=True)
+    negatives = replace(choose(chunking, num_uniform_negs=1), keyed_by_entity=True)
     pos_keys = negatives.positive_keys(torch.tensor([10, 11, 12, 13, 14]), 5)
     keys = negative_keys(chunking, negatives, pos_keys)
     draws = negatives.extra_rows[:, 0].tolist()

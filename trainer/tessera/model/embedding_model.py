@@ -20,7 +20,7 @@ tables and `negatives` for which entities corrupt an edge.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import torch
@@ -170,10 +170,13 @@ class EmbeddingModel(nn.Module):
             choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
                              all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
                              num_uniform_negs=num_uniform_negs, num_rows=num_rows,
-                             generator=generator, mask_same_entity=mask_same_entity)
+                             generator=generator)
             for entities, num_rows, disabled in (
                 (edges.lhs, lhs_rows, self.config.disable_lhs_negs),
                 (edges.rhs, rhs_rows, self.config.disable_rhs_negs)))
+        if mask_same_entity:  # ranking: every copy of the positive's entity is left out
+            lhs_negatives, rhs_negatives = (replace(side, keyed_by_entity=True)
+                                            for side in (lhs_negatives, rhs_negatives))
         return BatchPlan(relation_index, chunking, lhs_negatives, rhs_negatives)
 
     def global_embedding(self, entity_type: str) -> nn.Parameter | None:
