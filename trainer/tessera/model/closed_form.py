@@ -102,11 +102,11 @@ class SideLayout:
         rows = chunking.chunk(entities.ids, padding)
         keys = chunking.chunk(negatives.positive_keys(entities.ids, chunking.num_edges),
                               PADDING)
-        extra = negatives.extra_rows
-        if extra is not None:
+        extra, extra_keys = negatives.extra_rows, negatives.extra_keys(chunking)
+        if extra is not None and extra_keys is not None:
             extra = extra if extra.dim() == 2 else extra.expand(chunking.num_chunks, -1)
             rows = torch.cat([rows, extra], dim=1)
-            keys = torch.cat([keys, negatives.extra_keys(chunking)], dim=1)
+            keys = torch.cat([keys, extra_keys], dim=1)
         return cls(rows, keys, chunking.chunk_size, negatives.use_batch, chunking.padded)
 
     @property
