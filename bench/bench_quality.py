@@ -131,13 +131,14 @@ def import_and_train(system: str, folder: Path, config: dict[str, Any],
          "--log-format", "json"], folder / "train.log")
 
 
-def filtered_metrics(folder: Path, config: dict[str, Any]) -> dict[str, float]:
-    """Tessera's filtered evaluation of the test split, from either system's checkpoint."""
+def filtered_metrics(folder: Path, config: dict[str, Any], split: str) -> dict[str, float]:
+    """Tessera's filtered evaluation of one split, from either system's checkpoint."""
     config = with_paths(config, folder)
     edges = config["edge_paths"]
-    test_only = write_json_config(folder / "eval.json", {**config, "edge_paths": edges[2:]})
-    output = folder / "test_metrics.json"
-    run([sys.executable, "-m", "tessera", "eval", str(test_only), "--filtered",
+    one_split = {**config, "edge_paths": [edges[SPLITS.index(split)]]}
+    output = folder / f"{split}_metrics.json"
+    run([sys.executable, "-m", "tessera", "eval",
+         str(write_json_config(folder / "eval.json", one_split)), "--filtered",
          "--filter-paths", *edges, "--output", str(output), "--log-format", "json"],
         folder / "eval.log")
     metrics: dict[str, float] = json.loads(output.read_text())
@@ -163,14 +164,14 @@ class Result:
 
 
 def one_run(dataset: str, system: str, run_idx: int, config: dict[str, Any],
-            files: dict[str, Path], pbg_bin: Path | None, tag: str) -> Result:
+            files: dict[str, Path], pbg_bin: Path | None, tag: str, split: str) -> Result:
     folder = OUTPUT / "quality" / tag / dataset / system / str(run_idx)
     subprocess.run(["rm", "-rf", str(folder)], check=True)
     folder.mkdir(parents=True)
     if system == "Tessera":  # PBG has no seed: it draws anew in every run
         config = {**config, "seed": run_idx}
     import_and_train(system, folder, config, files, pbg_bin)
-    metrics = filtered_metrics(folder, config)
+    metrics = filtered_metrics(folder, config, split)
     result = Result(dataset, system, metrics["mrr"], metrics["hits@10"])
     print(f"{dataset} {system} run {run_idx + 1}: filtered MRR {result.mrr:.4f}, "
           f"Hits@10 {result.hits10:.4f}", flush=True)
@@ -182,8 +183,8 @@ def summary(values: list[float]) -> str:
             if values else "n/a")
 
 
-def print_table(results: list[Result], runs: int) -> None:
-    print(f"\nFiltered test metrics, median (range) of {runs} run(s):\n")
+def print_table(results: list[Result], runs: int, split: str) -> None:
+    print(f"\nFiltered {split} metrics, median (range) of {runs} run(s):\n")
     print("| dataset | system | MRR | Hits@10 |")
     print("|---|---|---|---|")
     for dataset in DATASETS:
@@ -210,6 +211,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     parser.add_argument("--tuned", action="store_true",
                         help="Tessera alone with examples/{dataset}/config.yaml")
+    parser.add_argument("--split", choices=("valid", "test"), default="test",
+                        help="the split evaluated (tune on valid, report test)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
                         help="a local copy of a dataset (train/valid/test files)")
     parser.add_argument("-p", dest="overrides", action="append", default=[],
@@ -240,10 +243,10 @@ def main(argv: list[str] | None = None) -> None:
             order = systems if run_idx % 2 == 0 else systems[::-1]
             for system in order:
                 results.append(one_run(dataset, system, run_idx, config, files, pbg_bin,
-                                       "tuned" if args.tuned else "pbg"))
+                                       "tuned" if args.tuned else "pbg", args.split))
     setup = "the shipped tuned configs" if args.tuned else "PBG's FB15k setup"
     print(f"\nSetup: {setup}; overrides: {overrides or 'none'}.")
-    print_table(results, args.runs)
+    print_table(results, args.runs, args.split)
 
 
 if __name__ == "__main__":
