@@ -104,30 +104,38 @@ def test_impossible_models_are_refused_naming_the_key(make_config, overrides: di
 
 @pytest.mark.parametrize("operator", sorted(OPERATORS))
 @pytest.mark.parametrize("comparator", ["cos", "l2"])
+@pytest.mark.parametrize("same_entity", [False, True], ids=["training", "evaluation"])
 def test_scores_match_the_definition_edge_by_edge(make_config, operator: str,
-                                                  comparator: str) -> None:
+                                                  comparator: str, same_entity: bool) -> None:
+    """Training masks, among the batch negatives, the edge itself (PBG's rule); evaluation
+    also every other edge of the chunk with the positive's entity."""
     config = bipartite(make_config, operator, comparator=comparator, bias=comparator == "l2")
     model = EmbeddingModel(config, 1)
     randomize(model, 0)
     users, items = tables(1, 5, 6)
     batch = edges([0] * 7, [0, 1, 2, 0, 4, 3, 3], [0, 1, 2, 3, 4, 5, 1])
     with torch.no_grad():
-        result = model(batch, users, items, num_batch_negs=3, num_uniform_negs=0)
+        result = model(batch, users, items, num_batch_negs=3, num_uniform_negs=0,
+                       mask_same_entity=same_entity)
     f = model.rhs_operators[0]
     u = [embedding(model, users, "user", int(i)) for i in batch.lhs.ids]
     v = [f(embedding(model, items, "item", int(i))) for i in batch.rhs.ids]
     assert result.lhs_neg_scores.shape == result.rhs_neg_scores.shape == (7, 3)
+
+    def masked(ids: torch.Tensor, i: int, j: int) -> bool:
+        return j >= 7 or j == i or (same_entity and bool(ids[j] == ids[i]))
+
     for i in range(7):
         assert result.lhs_pos_scores[i].item() == pytest.approx(score(model, u[i], v[i]), abs=1e-5)
         chunk_start = i - i % 3
         for k in range(3):
             j = chunk_start + k  # the k-th edge of edge i's chunk supplies the negative
-            if j >= 7 or batch.lhs.ids[j] == batch.lhs.ids[i]:
+            if masked(batch.lhs.ids, i, j):
                 assert result.lhs_neg_scores[i, k] == INF
             else:
                 assert result.lhs_neg_scores[i, k].item() == pytest.approx(
                     score(model, u[j], v[i]), abs=1e-5)
-            if j >= 7 or batch.rhs.ids[j] == batch.rhs.ids[i]:
+            if masked(batch.rhs.ids, i, j):
                 assert result.rhs_neg_scores[i, k] == INF
             else:
                 assert result.rhs_neg_scores[i, k].item() == pytest.approx(
@@ -135,25 +143,33 @@ def test_scores_match_the_definition_edge_by_edge(make_config, operator: str,
     assert torch.equal(result.lhs_pos_scores, result.rhs_pos_scores)
 
 
-def test_uniform_draws_equal_to_the_positive_are_masked(make_config) -> None:
+def test_uniform_draws_of_the_positive_count_in_training_and_are_masked_in_evaluation(
+        make_config) -> None:
+    """PBG masks no uniform draw in training: one that is the positive's entity scores as
+    the positive does. Ranking (evaluation) leaves it out."""
     model = EmbeddingModel(bipartite(make_config, "diagonal"), 1)
     randomize(model, 1)
     users, items = tables(2, 2, 3)  # two users: every draw is user 0 or user 1
     batch = edges([0] * 4, [0, 0, 0, 0], [0, 1, 2, 0])
-    generator = torch.Generator().manual_seed(0)
-    result = model(batch, users, items, num_batch_negs=0, num_uniform_negs=8,
-                   generator=generator)
-    scores = result.lhs_neg_scores  # every edge's left-hand side is user 0
-    assert scores.shape == (4, 8)
-    masked = scores == INF
+    results = [model(batch, users, items, num_batch_negs=0, num_uniform_negs=8,
+                     generator=torch.Generator().manual_seed(0), mask_same_entity=same_entity)
+               for same_entity in (False, True)]
+    training, evaluation = (result.lhs_neg_scores for result in results)  # left: user 0
+    assert training.shape == evaluation.shape == (4, 8)
+    masked = evaluation == INF
     assert masked.any() and not masked.all(), "the seed should draw both users"
     assert torch.equal(masked, masked[:1].expand(4, -1)), "one draw is shared by the chunk"
+    assert not (training == INF).any()
     f = model.rhs_operators[0]
     for i in range(4):
-        expected = score(model, embedding(model, users, "user", 1),
-                         f(embedding(model, items, "item", int(batch.rhs.ids[i]))))
-        assert scores[i][~masked[i]].tolist() == pytest.approx([expected] * int((~masked[i]).sum()),
-                                                               abs=1e-5)
+        rhs = f(embedding(model, items, "item", int(batch.rhs.ids[i])))
+        other, itself = (score(model, embedding(model, users, "user", user), rhs)
+                         for user in (1, 0))
+        assert evaluation[i][~masked[i]].tolist() == pytest.approx(
+            [other] * int((~masked[i]).sum()), abs=1e-5)
+        assert training[i].tolist() == pytest.approx(
+            [itself if drawn else other for drawn in masked[i].tolist()], abs=1e-5)
+        assert itself == pytest.approx(results[0].lhs_pos_scores[i].item(), abs=1e-5)
 
 
 def test_all_negs_scores_every_entity_but_the_positive(make_config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -82,8 +83,8 @@ def test_uniform_draws_follow_the_callers_generator() -> None:
 
 def test_negatives_are_the_chunks_own_edges_then_the_extra_rows() -> None:
     chunking = Chunking(5, 3)
-    negatives = choose(chunking, num_uniform_negs=1)
-    pos_keys = torch.tensor([10, 11, 12, 13, 14])
+    negatives = replace(choose(chunking, num_uniform_negs=1), keyed_by_entity=True)
+    pos_keys = negatives.positive_keys(torch.tensor([10, 11, 12, 13, 14]), 5)
     keys = negative_keys(chunking, negatives, pos_keys)
     draws = negatives.extra_rows[:, 0].tolist()
     assert keys.tolist() == [[10, 11, 12, draws[0]], [13, 14, PADDING, draws[1]]]
@@ -100,6 +101,32 @@ def test_all_rows_are_shared_by_every_chunk() -> None:
     assert keys.tolist() == [[0, 1, 2]]
     embs = negative_embeddings(chunking, negatives, torch.zeros(1, 4, 2), torch.ones(3, 2))
     assert embs.shape == (1, 3, 2)
+
+
+def test_training_keys_mask_only_the_edge_itself_and_padding_as_pbg_does() -> None:
+    """PBG's training masks, among batch negatives, the edge itself and padding, and no
+    uniform draw: a repeated entity or a draw of the positive's entity stays a negative."""
+    chunking = Chunking(5, 3)
+    negatives = choose(chunking, num_uniform_negs=2)
+    ids = torch.tensor([4, 4, 7, 4, 4])  # entity 4 repeats within both chunks
+    pos_keys = negatives.positive_keys(ids, 5)
+    keys = negative_keys(chunking, negatives, pos_keys)
+    assert pos_keys.tolist() == [0, 1, 2, 3, 4]
+    assert keys.tolist() == [[0, 1, 2, 5, 5], [3, 4, PADDING, 5, 5]]
+    mask = negative_mask(chunking.chunk(pos_keys, PADDING), keys)
+    eye = torch.eye(3, dtype=torch.bool)
+    assert mask[0].tolist() == torch.cat([eye, torch.zeros(3, 2, dtype=torch.bool)], 1).tolist()
+    assert mask[1, :2].tolist() == [[True, False, True, False, False],
+                                    [False, True, True, False, False]]
+
+
+def test_all_negs_keys_mask_the_positives_entity() -> None:
+    chunking = Chunking(3, 3)
+    negatives = choose(chunking, all_negs=True, num_rows=4)
+    pos_keys = negatives.positive_keys(torch.tensor([2, 0, 2]), 3)
+    mask = negative_mask(chunking.chunk(pos_keys), negative_keys(chunking, negatives, pos_keys))
+    assert mask[0].tolist() == [[False, False, True, False], [True, False, False, False],
+                                [False, False, True, False]]
 
 
 def test_mask_hides_the_positive_itself_repeats_and_padding() -> None:

@@ -32,7 +32,7 @@ def ranking_accuracy(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Te
     """The worse side's share of unmasked negatives scored below their positive."""
     with torch.no_grad():
         result = model(edges, lhs_table, rhs_table, num_batch_negs=len(edges),
-                       num_uniform_negs=0)
+                       num_uniform_negs=0, mask_same_entity=True)
     shares = []
     for pos, neg in ((result.lhs_pos_scores, result.lhs_neg_scores),
                      (result.rhs_pos_scores, result.rhs_neg_scores)):

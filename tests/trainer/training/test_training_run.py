@@ -237,10 +237,10 @@ def test_partitions_are_read_and_drawn_straight_into_memory_workers_share(
     benchmark's main process held one per swap)."""
     monkeypatch.setenv("TESSERA_HOGWILD", "processes")
     graph = trained_graphs[4]
-    config = parse_config(graph.config())
+    config = parse_config(graph.config(seed=3))
     store = CheckpointStore(Directory(config.checkpoint_path))
     counts = {"node": [len(range(part, graph.num_entities, 4)) for part in range(4)]}
-    loader = PartitionLoader(config, counts, store, None, seed=3)
+    loader = PartitionLoader(config, counts, store, None)
     loaded = loader.load(("node", 1), store.current_version())
     expected, _ = store.read_embeddings("node", 1)
     assert loaded.embeddings.is_shared()
@@ -273,3 +273,21 @@ def test_only_the_shuffled_copy_of_a_bucket_stays_in_memory_while_it_trains(
     graph = write_planted_graph(tmp_path, 2)
     summary = train(parse_config(graph.config(workers=1, num_epochs=1)), QUIET)
     assert summary.edges > 0 and len(as_read) == 4
+
+
+def test_the_seed_decides_what_a_run_draws(tmp_path: Path) -> None:
+    """With one worker a run repeats exactly; another `seed` trains another model (initial
+    embeddings, shuffles and negatives are all drawn from it)."""
+    graph = write_planted_graph(tmp_path / "graph", 1)
+
+    def trained(seed: int, name: str) -> np.ndarray:
+        config = parse_config(graph.config(num_epochs=1, seed=seed,
+                                           checkpoint_path=str(tmp_path / name)))
+        train(config, QUIET)
+        embeddings, _ = CheckpointStore(Directory(config.checkpoint_path)).read_embeddings(
+            "node", 0)
+        return np.asarray(embeddings)
+
+    first, again, other = trained(0, "first"), trained(0, "again"), trained(1, "other")
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)

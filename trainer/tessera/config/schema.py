@@ -148,6 +148,10 @@ class ConfigSchema:
         2.0, help="Seconds by which the Hogwild workers after the first wait before the first "
         "bucket of a run, so that their first updates do not collide on fresh embeddings.",
         minimum=0)
+    seed: int = option(
+        0, help="Tessera only: seeds the initial embeddings, the edge shuffles and the "
+        "negatives drawn, so that a run repeats (up to Hogwild's races); runs with other seeds "
+        "show how much a result owes to chance (PBG draws anew in every run).", minimum=0)
     dynamic_relations: bool = option(
         False, help="Treat `relations[0]` as a template for many relation types whose count "
         "is read from dynamic_rel_count.txt; batches then mix relation types.")

@@ -1,7 +1,9 @@
 """Ranking edges against sampled negatives: the evaluation run before and after each bucket.
 
-It scores exactly as training does (same batches, same negatives machinery) but with the
-evaluation negative counts and without gradients, so its loss is comparable to training's.
+It scores as training does (same batches, same negatives machinery) but with the evaluation
+negative counts and without gradients, so its loss is comparable to training's; unlike
+training, it masks every negative that is the positive's own entity, so that a rank counts
+only other entities.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def rank_against_sampled(  # noqa: PLR0913 (the protocol's settings, keyword-onl
             lhs, rhs = tables_of(0 if dynamic_relations else int(batch.rel[0]))
             result = model(batch.to(device) if on_device else batch, lhs, rhs,
                            num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
-                           generator=draws)
+                           generator=draws, mask_same_entity=True)
             for pos, neg in ((result.lhs_pos_scores, result.lhs_neg_scores),
                              (result.rhs_pos_scores, result.rhs_neg_scores)):
                 if neg.shape[1] > 0:  # a side whose negatives are disabled is not ranked

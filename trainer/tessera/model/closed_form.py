@@ -91,7 +91,7 @@ class SideLayout:
     edges (batch negatives), at slot S otherwise."""
 
     rows: torch.Tensor  # int64 [C, S + X]; padding slots read the first entity (no gradient)
-    keys: torch.Tensor  # int64 [C, S + X]; identity for masking, PADDING in padding slots
+    keys: torch.Tensor  # int64 [C, S + X]; `SideNegatives` keys, PADDING in padding slots
     num_pos: int  # S
     use_batch: bool
     padded: bool  # whether the last chunk has padding slots
@@ -99,15 +99,16 @@ class SideLayout:
     @classmethod
     def of(cls, chunking: Chunking, entities: EntityList, negatives: SideNegatives
            ) -> SideLayout:
-        rows = keys = chunking.chunk(entities.ids)
-        if chunking.padded:
-            rows = chunking.chunk(entities.ids, int(entities.ids[0]))
-            keys = chunking.chunk(entities.ids, PADDING)
-        extra = negatives.extra_rows
-        if extra is not None:
+        padding = int(entities.ids[0])
+        rows = chunking.chunk(entities.ids, padding)
+        keys = chunking.chunk(negatives.positive_keys(entities.ids, chunking.num_edges,
+                                                        entities.ids.device),
+                              PADDING)
+        extra, extra_keys = negatives.extra_rows, negatives.extra_keys(chunking)
+        if extra is not None and extra_keys is not None:
             extra = extra if extra.dim() == 2 else extra.expand(chunking.num_chunks, -1)
             rows = torch.cat([rows, extra], dim=1)
-            keys = torch.cat([keys, extra], dim=1) if chunking.padded else rows
+            keys = torch.cat([keys, extra_keys], dim=1)
         return cls(rows, keys, chunking.chunk_size, negatives.use_batch, chunking.padded)
 
     @property

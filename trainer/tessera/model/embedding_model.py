@@ -20,7 +20,7 @@ tables and `negatives` for which entities corrupt an edge.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import torch
@@ -79,7 +79,7 @@ class SideBatch:
     """One side of a batch: embeddings before operators, and what corrupts it."""
 
     pos: torch.Tensor  # [N, dim] row (or feature mean) + global embedding
-    keys: torch.Tensor  # [N] identity for masking: entity ids, or edge indices if featurized
+    keys: torch.Tensor  # [N] identity for masking: `negatives.positive_keys`
     negatives: SideNegatives
     extra: torch.Tensor | None  # embeddings of negatives.extra_rows, + global embedding
 
@@ -128,16 +128,18 @@ class EmbeddingModel(nn.Module):
 
     def forward(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor, *,
                 num_batch_negs: int, num_uniform_negs: int,
-                generator: torch.Generator | None = None) -> BatchResult:
+                generator: torch.Generator | None = None,
+                mask_same_entity: bool = False) -> BatchResult:
         """Score `edges` (one relation type unless dynamic) against their negatives.
 
         The tables are the partitions of the relation's left and right entity types (the
         same tensor when both sides share one); the negative counts are arguments so that
-        evaluation can use its own. Under torch.no_grad nothing takes gradients.
+        evaluation can use its own, and `mask_same_entity` (for ranking) masks every
+        negative that is the positive's entity. Under torch.no_grad nothing takes gradients.
         """
         plan = self.plan_batch(edges, len(lhs_table), len(rhs_table),
                                num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
-                               generator=generator)
+                               generator=generator, mask_same_entity=mask_same_entity)
         relation = self.config.relations[plan.relation_index]
         gathered, touched = gather_rows(
             [(lhs_table, _row_ids(edges.lhs, plan.lhs_negatives)),
@@ -160,7 +162,8 @@ class EmbeddingModel(nn.Module):
             rhs_pos_scores=rhs_pos.detach(), rhs_neg_scores=rhs_neg.detach(), touched=touched)
 
     def plan_batch(self, edges: EdgeList, lhs_rows: int, rhs_rows: int, *, num_batch_negs: int,
-                   num_uniform_negs: int, generator: torch.Generator | None) -> BatchPlan:
+                   num_uniform_negs: int, generator: torch.Generator | None,
+                   mask_same_entity: bool = False) -> BatchPlan:
         """The relation, chunks and negatives of a batch whose sides' partitions have
         `lhs_rows` and `rhs_rows` entities (uniform negatives are drawn here)."""
         relation_index = self._relation_index(edges)
@@ -174,6 +177,9 @@ class EmbeddingModel(nn.Module):
             for entities, num_rows, disabled in (
                 (edges.lhs, lhs_rows, self.config.disable_lhs_negs),
                 (edges.rhs, rhs_rows, self.config.disable_rhs_negs)))
+        if mask_same_entity:  # ranking: every copy of the positive's entity is left out
+            lhs_negatives, rhs_negatives = (replace(side, keyed_by_entity=True)
+                                            for side in (lhs_negatives, rhs_negatives))
         return BatchPlan(relation_index, chunking, lhs_negatives, rhs_negatives)
 
     def global_embedding(self, entity_type: str) -> nn.Parameter | None:
@@ -198,10 +204,10 @@ class EmbeddingModel(nn.Module):
             device = features.device
             pos = F.embedding_bag(torch.arange(len(features), device=device), features,
                                   entities.offsets[:-1], mode="mean")
-            keys = torch.arange(len(entities), device=device)
         else:
             pos = gathered[0]
-            keys = entities.ids
+        keys = negatives.positive_keys(entities.ids if entities.offsets is None else None,
+                                       len(entities), pos.device)
         extra = gathered[1] if negatives.extra_rows is not None else None
         global_embedding = self.global_embedding(entity_type)
         if global_embedding is not None:

@@ -69,7 +69,7 @@ class BucketTrainer:
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
-        seed = chunk_seed(step)
+        seed = chunk_seed(step, self.config.seed)
         parts, eval_edges = read_training_edges(self.config, self.data, step, self.num_chunks,
                                                 self.num_workers)
         before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
@@ -98,9 +98,10 @@ def chunk_identity(step: TrainingStep) -> tuple[int, int, int, int]:
     return (step.edge_path_idx, step.edge_chunk_idx, step.bucket.lhs, step.bucket.rhs)
 
 
-def chunk_seed(step: TrainingStep) -> int:
-    """The seed of a bucket chunk's shuffle and negatives in one epoch (worker r: + r)."""
-    return stable_seed((step.epoch_idx, *chunk_identity(step)))
+def chunk_seed(step: TrainingStep, seed: int) -> int:
+    """The seed of a bucket chunk's shuffle and negatives in one epoch (worker r: + r), drawn
+    from the run's `seed`."""
+    return stable_seed((seed, step.epoch_idx, *chunk_identity(step)))
 
 
 def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
@@ -112,7 +113,8 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
     """
     edges = data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx, num_chunks)
     train_edges, eval_edges = split_holdout(edges, config.eval_fraction, chunk_identity(step))
-    shuffled = shuffle_edges(train_edges, torch.Generator().manual_seed(chunk_seed(step)))
+    generator = torch.Generator().manual_seed(chunk_seed(step, config.seed))
+    shuffled = shuffle_edges(train_edges, generator)
     return split_among_workers(shuffled, num_parts), eval_edges
 
 

@@ -92,7 +92,7 @@ class DeviceBucketTrainer:
                                    rhs_keys, self.device)
         started, timer = time.monotonic(), DeviceTimer(self.device)
         loss, regularization = self.train_edges(state, edges, tables, lhs_keys, rhs_keys,
-                                                chunk_seed(step))
+                                                chunk_seed(step, self.config.seed))
         seconds = time.monotonic() - started  # reading the sums waited for the device
         device_seconds = timer.stop(seconds)
         after = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,

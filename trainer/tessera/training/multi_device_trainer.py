@@ -148,9 +148,10 @@ class MultiDeviceBucketTrainer:
                 ranges = self._ranges(partitions, lhs_keys, rhs_keys, lhs, rhs, layout.ranges)
                 tables = trainer.copier.to_device(ranges).ready()
                 started, timer = time.monotonic(), DeviceTimer(trainer.device)
+                seed = stable_seed((chunk_seed(step, self.config.seed), lhs, rhs))
                 sums = trainer.train_edges(
                     state, trainer.staged(edges), tables, [("lhs", k) for k in lhs_keys],
-                    [("rhs", k) for k in rhs_keys], stable_seed((chunk_seed(step), lhs, rhs)))
+                    [("rhs", k) for k in rhs_keys], seed)
                 device_seconds += timer.stop(time.monotonic() - started)
                 PartitionCopier.to_host(tables, ranges)
                 loss, regularization = loss + sums[0], regularization + sums[1]

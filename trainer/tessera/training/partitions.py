@@ -72,13 +72,11 @@ class PartitionLoader:
     """
 
     def __init__(self, config: ConfigSchema, entity_counts: dict[str, list[int]],
-                 checkpoint: CheckpointStore, init: CheckpointStore | None,
-                 seed: int = 0) -> None:
+                 checkpoint: CheckpointStore, init: CheckpointStore | None) -> None:
         self.config = config
         self.entity_counts = entity_counts
         self.checkpoint = checkpoint
         self.init = init
-        self.seed = seed
 
     def load(self, key: PartitionKey, version: int) -> Partition:
         """The partition as checkpoint `version` holds it; with version 0 (nothing committed)
@@ -129,7 +127,7 @@ class PartitionLoader:
 
     def _fresh(self, entity: str, part: int, count: int) -> Partition:
         type_index = list(self.config.entities).index(entity)
-        generator = torch.Generator().manual_seed(stable_seed((self.seed, type_index, part)))
+        generator = torch.Generator().manual_seed(stable_seed((self.config.seed, type_index, part)))
         dimension = self.config.entity_dimension(entity)
         table = empty_for_workers(count, dimension)  # the values torch.randn would draw
         table.normal_(generator=generator).mul_(self.config.init_scale)
@@ -141,9 +139,9 @@ class PartitionHolder:
 
     def __init__(self, config: ConfigSchema, entity_counts: dict[str, list[int]],
                  checkpoint: CheckpointStore, init: CheckpointStore | None,
-                 committed_version: int, seed: int = 0) -> None:
+                 committed_version: int) -> None:
         self.config = config
-        self.loader = PartitionLoader(config, entity_counts, checkpoint, init, seed)
+        self.loader = PartitionLoader(config, entity_counts, checkpoint, init)
         self.committed_version = committed_version
         self.in_memory: dict[PartitionKey, Partition] = {}
         self.written_to_next: set[PartitionKey] = set()
