@@ -76,8 +76,9 @@ def test_known_rows_start_from_the_checkpoint_and_new_rows_as_a_fresh_run(grown_
     first = CheckpointStore(Directory(old.checkpoint_path, old.storage_options))
     counts = GraphData(grown).entity_counts
     empty = CheckpointStore(Directory(grown.checkpoint_path, grown.storage_options))
-    started = PartitionLoader(grown, counts, empty, first, seed=5)
-    fresh = PartitionLoader(grown, counts, empty, None, seed=5)
+    seeded = dataclasses.replace(grown, seed=5)
+    started = PartitionLoader(seeded, counts, empty, first)
+    fresh = PartitionLoader(seeded, counts, empty, None)
     for part in range(2):
         trained, _ = first.read_embeddings("node", part)
         rows = len(trained)
