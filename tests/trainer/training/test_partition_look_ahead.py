@@ -120,3 +120,17 @@ def test_a_partition_read_ahead_for_nothing_is_dropped(tmp_path: Path) -> None:
     assert held[("node", 0)] is first[("node", 0)]
     assert held[("node", 2)] is read_ahead
     assert holder.prefetched == {} and set(holder.in_memory) == {("node", 0), ("node", 2)}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_partitions_held_for_a_gpu_are_read_into_pinned_memory(tmp_path: Path) -> None:
+    """The GPU copies them without staging: the reader thread made the pinned copy."""
+    graph = write_planted_graph(tmp_path, 4, num_edges=2000)
+    config = parse_config(graph.config())
+    holder = PartitionHolder(config, {"node": [100] * 4},
+                             CheckpointStore(Directory(config.checkpoint_path)), None,
+                             committed_version=0, pinned=True)
+    held = holder.hold([("node", 0)], {})
+    holder.prefetch([("node", 1)])
+    held.update(holder.hold([("node", 0), ("node", 1)], {}))
+    assert all(p.embeddings.is_pinned() and p.adagrad_sum.is_pinned() for p in held.values())

@@ -149,13 +149,14 @@ def train(config: ConfigSchema, reporter: Reporter,
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         state = build_model_state(config, data, store, version, init)
+        devices = training_devices(config) if devices is None else devices
         holder = PartitionHolder(config, data.entity_counts, store, init, version,
-                                 look_ahead=look_ahead_enabled())
+                                 look_ahead=look_ahead_enabled(),
+                                 pinned=any(device.type == "cuda" for device in devices))
         checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
         run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                           partitions=holder, source=ScheduledBuckets(schedule),
-                          checkpointer=checkpointer, reporter=reporter,
-                          devices=training_devices(config) if devices is None else devices)
+                          checkpointer=checkpointer, reporter=reporter, devices=devices)
         return run.run(start, alongside=lease.renewing())
 
 

@@ -155,7 +155,8 @@ class PartitionHolder:
 
     def __init__(self, config: ConfigSchema, entity_counts: dict[str, list[int]],
                  checkpoint: CheckpointStore, init: CheckpointStore | None,
-                 committed_version: int, seed: int = 0, look_ahead: bool = True) -> None:
+                 committed_version: int, seed: int = 0, look_ahead: bool = True,
+                 pinned: bool = False) -> None:
         self.config = config
         self.loader = PartitionLoader(config, entity_counts, checkpoint, init, seed)
         self.committed_version = committed_version
@@ -170,6 +171,8 @@ class PartitionHolder:
         # The next bucket's partitions, being read (or read) in the background.
         self.prefetched: dict[PartitionKey, Future[Partition]] = {}
         self.wait_seconds = 0.0  # time `hold` kept training waiting for partitions
+        # Held partitions: shared with Hogwild workers, or pinned for a GPU to copy from.
+        self.resident = partition_in_pinned_memory if pinned else partition_for_workers
 
     @property
     def next_version(self) -> int:
@@ -251,7 +254,7 @@ class PartitionHolder:
         """The partition for a bucket: read ahead, or read now."""
         if key in self.prefetched:
             return self.prefetched.pop(key).result()
-        return partition_for_workers(self._load(key))
+        return self.resident(self._load(key))
 
     def _load(self, key: PartitionKey) -> Partition:
         if key in self.writing:  # wanted again before its write ended: still in memory
@@ -265,7 +268,7 @@ class PartitionHolder:
         return self.next_version if key in self.written_to_next else self.committed_version
 
     def _read_for_workers(self, key: PartitionKey, version: int) -> Partition:
-        return partition_for_workers(self.loader.load(key, version))
+        return self.resident(self.loader.load(key, version))
 
 
 def partition_for_workers(partition: Partition) -> Partition:
@@ -273,3 +276,11 @@ def partition_for_workers(partition: Partition) -> Partition:
     from a partition server become tensors first)."""
     return Partition(embeddings=share_with_workers(torch.as_tensor(partition.embeddings)),
                      adagrad_sum=share_with_workers(torch.as_tensor(partition.adagrad_sum)))
+
+
+def partition_in_pinned_memory(partition: Partition) -> Partition:
+    """The partition in page-locked memory, which a GPU copies from without staging it first
+    (a trainer on a GPU has no Hogwild workers to share it with). Read ahead, the staging
+    copy is made by the reader thread, off the path of training."""
+    return Partition(embeddings=torch.as_tensor(partition.embeddings).pin_memory(),
+                     adagrad_sum=torch.as_tensor(partition.adagrad_sum).pin_memory())
