@@ -117,7 +117,8 @@ class BucketSource(Protocol):
 class PartitionSource(Protocol):
     def hold(self, keys: Iterable[PartitionKey], metadata: dict[str, object]) -> dict[
             PartitionKey, Partition]:
-        """Make exactly `keys` resident, in shared memory, and return them."""
+        """Make exactly `keys` resident (in shared memory; pinned for a GPU), and return
+        them."""
 
     def prefetch(self, keys: Iterable[PartitionKey]) -> None:
         """Start making `keys` ready for the next `hold`, while the current bucket trains (or

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import os
-import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -170,7 +169,6 @@ class PartitionHolder:
             if look_ahead else None
         # The next bucket's partitions, being read (or read) in the background.
         self.prefetched: dict[PartitionKey, Future[Partition]] = {}
-        self.wait_seconds = 0.0  # time `hold` kept training waiting for partitions
         # Held partitions: shared with Hogwild workers, or pinned for a GPU to copy from.
         self.resident = partition_in_pinned_memory if pinned else partition_for_workers
 
@@ -184,7 +182,6 @@ class PartitionHolder:
     def hold(self, keys: Iterable[PartitionKey], metadata: Mapping[str, Any]) -> dict[
             PartitionKey, Partition]:
         """Make exactly `keys` resident (swapping the rest out) and return them."""
-        started = time.monotonic()
         wanted = set(keys)
         for key in [k for k in self.in_memory if k not in wanted]:
             self._swap_out(key, metadata)
@@ -193,7 +190,6 @@ class PartitionHolder:
         for key in wanted:
             if key not in self.in_memory:
                 self.in_memory[key] = self._take(key)
-        self.wait_seconds += time.monotonic() - started
         return {key: self.in_memory[key] for key in wanted}
 
     def prefetch(self, keys: Iterable[PartitionKey]) -> None:
