@@ -535,11 +535,12 @@ def flops_per_edge(config: dict[str, Any]) -> int:
 
 
 def memory_bound(nodes: int, edges: int, partitions: int, dimension: int) -> int:
-    """Bytes a trainer cannot do without: two partitions' embeddings and row-wise Adagrad sums
-    (float32; one partition when unpartitioned) and the largest bucket's edges (two int64
-    ids and a relation id per edge, all in one chunk)."""
+    """Bytes a trainer cannot do without: the embeddings and row-wise Adagrad sums (float32)
+    of the current bucket's two partitions and of the next bucket's two, read ahead (fewer
+    when there are fewer partitions), and the largest bucket's edges (two int64 ids and a
+    relation id per edge, all in one chunk)."""
     rows = -(-nodes // partitions)
-    held = 1 if partitions == 1 else 2
+    held = min(partitions, 4)
     bucket_edges = -(-edges // partitions ** 2)
     return held * rows * (dimension + 1) * 4 + bucket_edges * 3 * 8
 

@@ -49,6 +49,9 @@ EDGES_PER_SECOND = "edges_per_s"
 # loops (CUDA events), and the peak memory torch allocated on it.
 DEVICE_BUSY_SECONDS = "device_busy_s"
 DEVICE_PEAK_MEMORY_GB = "device_peak_memory_gb"
+# The summary's time training waited for partitions to be read or written (not hidden behind
+# the previous bucket's training).
+PARTITION_WAIT_SECONDS = "partition_wait_s"
 EVAL_PREFIX = "eval_"  # the summary's metrics of the last evaluation: eval_mrr, eval_hits@10
 
 

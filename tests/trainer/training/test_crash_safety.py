@@ -7,6 +7,7 @@ a good share of the run and several kills land in the middle of one.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -89,3 +90,50 @@ def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
     leftovers = [p.name for p in checkpoints.iterdir()
                  if p.name.endswith(".tmp") or (".v" in p.name and f".v{final}." not in p.name)]
     assert leftovers == []
+
+
+def reading_a_partition(pid: int, checkpoints: Path) -> bool:
+    """Whether the process has a committed or written partition file of `checkpoints` open
+    (a temporary file being written does not count)."""
+    try:
+        paths = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:  # the process or one of its files went away meanwhile
+        return False
+    return any(Path(path).parent == checkpoints and Path(path).name.startswith("embeddings_")
+               and path.endswith(".h5") for path in paths)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs Linux's /proc")
+def test_sigkill_while_the_next_bucket_is_read_ahead(tmp_path: Path) -> None:
+    """Once a run has committed, every partition it reads is read ahead by the reader thread
+    (two partitions: each chunk touches both, so there is nothing to carry over): a kill
+    then leaves the committed checkpoint readable, and a restart finishes the run."""
+    graph = write_planted_graph(tmp_path, NUM_PARTITIONS, num_entities=NUM_ENTITIES,
+                                num_communities=50, num_edges=40_000)
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(graph.config(
+        dimension=DIMENSION, num_epochs=NUM_EPOCHS, num_edge_chunks=NUM_CHUNKS)))
+    command = [sys.executable, "-m", "tessera", "train", str(config_path), "--quiet"]
+    checkpoints = Path(graph.config()["checkpoint_path"])
+    store = CheckpointStore(Directory(str(checkpoints)))
+    environment = {**os.environ, "TESSERA_PREFETCH": "1"}
+    versions = [0]
+    for _ in range(3):
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                                   env=environment)
+        alive = wait_for(lambda last=versions[-1]: store.current_version() > last, process,
+                         RUN_TIMEOUT_S) and wait_for(
+            lambda pid=process.pid: reading_a_partition(pid, checkpoints), process,
+            RUN_TIMEOUT_S)
+        if not alive:
+            break
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        versions.append(check_committed_checkpoint_is_readable(checkpoints))
+    assert len(versions) == 4, f"a run finished before a read ahead was caught: {versions}"
+    assert versions == sorted(versions) and versions[-1] > 0, versions
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                              env=environment)
+    assert finished.returncode == 0, finished.stderr
+    assert check_committed_checkpoint_is_readable(checkpoints) == NUM_EPOCHS * NUM_CHUNKS

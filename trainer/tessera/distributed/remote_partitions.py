@@ -153,6 +153,9 @@ class RemotePartitions:
             self.held.update({key: partition_for_workers(p) for key, p in fetched.items()})
         return {key: self.held[key] for key in wanted}
 
+    def prefetch(self, keys: Iterable[PartitionKey]) -> None:
+        """Nothing to read ahead: the next bucket is not known before it is granted."""
+
     def give_back_all(self, metadata: dict[str, object]) -> None:
         self._give_back(list(self.held), metadata)
 

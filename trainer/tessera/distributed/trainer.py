@@ -88,6 +88,11 @@ class LockedBuckets:
         progress = self.lock.progress()
         return _job_progress(progress) if progress["buckets_done"] else None
 
+    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
+        """Not known: the lock server grants a bucket only once this one is trained (asking
+        earlier would lock partitions another trainer may need)."""
+        return None
+
 
 def _job_progress(progress: dict[str, Any]) -> JobProgress:
     return JobProgress(edges_done=progress["edges_done"], buckets_done=progress["buckets_done"],

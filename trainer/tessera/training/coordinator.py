@@ -44,6 +44,7 @@ from ..log_records import (
     EVAL_PREFIX,
     LOSS,
     MRR,
+    PARTITION_WAIT_SECONDS,
     TRAIN_TASK,
     TRAINING_FINISHED,
     epoch_text,
@@ -61,7 +62,7 @@ from .devices import check_devices, embedding_dtype, training_devices
 from .hogwild import Pool, make_pool
 from .multi_device_trainer import MultiDeviceBucketTrainer
 from .optimizers import make_model_optimizer
-from .partitions import Partition, PartitionHolder
+from .partitions import Partition, PartitionHolder, look_ahead_enabled
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
 from .worker import ModelState, train_part
 
@@ -79,6 +80,8 @@ class TrainingSummary:
     # On a device: its time in the buckets' batch loops, and its peak allocated memory.
     device_seconds: float | None = None
     device_peak_bytes: int | None = None
+    # The time training waited for the buckets' partitions (swaps not hidden by look-ahead).
+    partition_wait_seconds: float = 0.0
 
     @property
     def edges_per_second(self) -> float:
@@ -106,11 +109,20 @@ class BucketSource(Protocol):
     def progress(self) -> JobProgress | None:
         """The job's progress now (None before any bucket was trained)."""
 
+    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
+        """The bucket this trainer trains after `bucket` of `position`, if known before
+        `bucket` trains (None: none follows, or it is not known yet)."""
+
 
 class PartitionSource(Protocol):
     def hold(self, keys: Iterable[PartitionKey], metadata: dict[str, object]) -> dict[
             PartitionKey, Partition]:
-        """Make exactly `keys` resident, in shared memory, and return them."""
+        """Make exactly `keys` resident (in shared memory; pinned for a GPU), and return
+        them."""
+
+    def prefetch(self, keys: Iterable[PartitionKey]) -> None:
+        """Start making `keys` ready for the next `hold`, while the current bucket trains (or
+        do nothing)."""
 
 
 class Checkpointer(Protocol):
@@ -138,12 +150,14 @@ def train(config: ConfigSchema, reporter: Reporter,
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         state = build_model_state(config, data, store, version, init)
-        holder = PartitionHolder(config, data.entity_counts, store, init, version)
+        devices = training_devices(config) if devices is None else devices
+        holder = PartitionHolder(config, data.entity_counts, store, init, version,
+                                 look_ahead=look_ahead_enabled(),
+                                 pinned=any(device.type == "cuda" for device in devices))
         checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
         run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                           partitions=holder, source=ScheduledBuckets(schedule),
-                          checkpointer=checkpointer, reporter=reporter,
-                          devices=training_devices(config) if devices is None else devices)
+                          checkpointer=checkpointer, reporter=reporter, devices=devices)
         return run.run(start, alongside=lease.renewing())
 
 
@@ -247,6 +261,7 @@ class TrainingRun:
     buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
     trained_here: int = field(default=0, init=False)  # buckets this process trained
     device_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
+    partition_wait_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
 
     @property
     def num_workers(self) -> int:
@@ -282,7 +297,8 @@ class TrainingRun:
             last_loss=last.loss if last else None,
             last_eval=last.eval_after if last else None,
             device_seconds=self.device_seconds if self.devices else None,
-            device_peak_bytes=peak_memory(self.devices))
+            device_peak_bytes=peak_memory(self.devices),
+            partition_wait_seconds=self.partition_wait_seconds)
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
@@ -304,7 +320,13 @@ class TrainingRun:
                             position.edge_chunk_idx, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
         metadata = iteration_metadata(self.config, self.schedule, position)
+        started = time.monotonic()
         partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
+        self.partition_wait_seconds += time.monotonic() - started
+        following = self.source.next_bucket(position, bucket)
+        if following is not None:  # read while this bucket trains
+            self.partitions.prefetch(part for keys in self.data.partition_keys(following)
+                                     for part in keys)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
         outcome = trainer.train(step, partitions,
                                 self.config.hogwild_delay if first_ever else 0.0)
@@ -345,6 +367,7 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
         rows[DEVICE_BUSY_SECONDS] = round(summary.device_seconds, 2)
     if summary.device_peak_bytes is not None:
         rows[DEVICE_PEAK_MEMORY_GB] = round(summary.device_peak_bytes / 1e9, 3)
+    rows[PARTITION_WAIT_SECONDS] = round(summary.partition_wait_seconds, 2)
     rows.update({CHECKPOINT_VERSION: summary.checkpoint_version,
                  "checkpoint": summary.checkpoint_path})
     return rows
@@ -369,6 +392,15 @@ class ScheduledBuckets:
 
     def progress(self) -> JobProgress | None:
         return self.last
+
+    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
+        """The schedule's next bucket, in this position or the first of the next one."""
+        buckets = self.schedule.buckets(position)
+        index = buckets.index(bucket) + 1
+        if index < len(buckets):
+            return buckets[index]
+        following = self.schedule.position_after(position)
+        return self.schedule.buckets(following)[0] if following is not None else None
 
 
 class EarlyStopping:

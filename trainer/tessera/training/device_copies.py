@@ -74,8 +74,10 @@ class PartitionCopier:
 
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         # Shared host memory is pageable: staged through pinned memory, whose block the
-        # caching host allocator keeps until the asynchronous copy has read it.
-        return host.pin_memory().to(self.device, non_blocking=True)
+        # caching host allocator keeps until the asynchronous copy has read it. Partitions
+        # held for a GPU are pinned already (see `partition_in_pinned_memory`).
+        staged = host if host.is_pinned() else host.pin_memory()
+        return staged.to(self.device, non_blocking=True)
 
     @staticmethod
     def to_host(on_device: Mapping[Key, Partition], host: Mapping[Key, Partition]) -> None:

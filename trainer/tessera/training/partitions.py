@@ -6,14 +6,21 @@ committed version; in `init_path` (whose partitions may be smaller: trained befo
 grew, they start the first rows, see `init_growth`). If none has it, it is initialised from
 `init_scale`. Only
 the partitions of the current bucket (plus unpartitioned types) are held, so memory follows
-two partitions, not the whole graph. With `background_io`, a partition swapped out is written
-by a background thread while the next bucket trains (one write at a time, so memory follows
-three partitions at most).
+two partitions, not the whole graph.
+
+Swaps are hidden behind training where they can be. With look-ahead (on unless
+`TESSERA_PREFETCH=0`), while a bucket trains a background thread reads the partitions the next
+bucket needs and the current one does not hold, through the same rule as a load: memory then
+follows the current bucket's partitions plus the next one's new ones, four per entity type at
+most. Reading never changes a file, so a killed trainer leaves its checkpoints as they were.
+With `background_io`, a partition swapped out is written by a background thread while the
+next bucket trains (one write at a time: one partition more).
 """
 
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -134,12 +141,19 @@ class PartitionLoader:
         return Partition(table, torch.zeros(count))
 
 
+def look_ahead_enabled() -> bool:
+    """Whether partitions are read ahead for the next bucket (`TESSERA_PREFETCH=0`: not)."""
+    return os.environ.get("TESSERA_PREFETCH", "1") != "0"
+
+
 class PartitionHolder:
-    """Keeps the partitions a bucket needs in memory and writes the others to the checkpoint."""
+    """Keeps the partitions a bucket needs in memory and writes the others to the checkpoint;
+    with `look_ahead`, reads the next bucket's partitions while the current one trains."""
 
     def __init__(self, config: ConfigSchema, entity_counts: dict[str, list[int]],
                  checkpoint: CheckpointStore, init: CheckpointStore | None,
-                 committed_version: int) -> None:
+                 committed_version: int, look_ahead: bool = True,
+                 pinned: bool = False) -> None:
         self.config = config
         self.loader = PartitionLoader(config, entity_counts, checkpoint, init)
         self.committed_version = committed_version
@@ -149,6 +163,12 @@ class PartitionHolder:
             if config.background_io else None
         # Partitions being written in the background, kept until their write has finished.
         self.writing: dict[PartitionKey, tuple[Future[None], Partition]] = {}
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-reader") \
+            if look_ahead else None
+        # The next bucket's partitions, being read (or read) in the background.
+        self.prefetched: dict[PartitionKey, Future[Partition]] = {}
+        # Held partitions: shared with Hogwild workers, or pinned for a GPU to copy from.
+        self.resident = partition_in_pinned_memory if pinned else partition_for_workers
 
     @property
     def next_version(self) -> int:
@@ -163,10 +183,25 @@ class PartitionHolder:
         wanted = set(keys)
         for key in [k for k in self.in_memory if k not in wanted]:
             self._swap_out(key, metadata)
+        for key in [k for k in self.prefetched if k not in wanted]:
+            self.prefetched.pop(key).result()  # read for nothing: the order changed
         for key in wanted:
             if key not in self.in_memory:
-                self.in_memory[key] = partition_for_workers(self._load(key))
+                self.in_memory[key] = self._take(key)
         return {key: self.in_memory[key] for key in wanted}
+
+    def prefetch(self, keys: Iterable[PartitionKey]) -> None:
+        """Start reading those of `keys` not in memory in the background, for the next `hold`.
+
+        Where each is read from is decided now: until that `hold`, only partitions in memory
+        are written, so the file chosen keeps the newest copy while it is read."""
+        if self.reader is None:
+            return
+        for key in sorted(set(keys)):
+            if key in self.in_memory or key in self.prefetched or key in self.writing:
+                continue  # held, asked for already, or still in memory while written
+            self.prefetched[key] = self.reader.submit(self._read_for_workers, key,
+                                                      self._newest_version(key))
 
     def write_all(self, metadata: Mapping[str, Any]) -> None:
         """Put every partition into the next version (ready to commit), keeping memory as is."""
@@ -175,8 +210,13 @@ class PartitionHolder:
             self._write(key, partition, metadata)
         for key in self.all_keys():
             if key not in self.in_memory and key not in self.written_to_next:
-                # Never touched during this chunk: carry its newest copy over unchanged.
-                self._write(key, self._load(key), metadata)
+                # Never touched during this chunk: carry its newest copy over unchanged (a
+                # read-ahead copy is that copy, and stays valid once the version commits).
+                partition = self.prefetched[key].result() if key in self.prefetched \
+                    else self._load(key)
+                self._write(key, partition, metadata)
+        for future in self.prefetched.values():
+            future.result()  # no read may run while the commit deletes older versions
 
     def committed(self) -> None:
         """The next version has been committed: it is now the one to read from."""
@@ -204,14 +244,25 @@ class PartitionHolder:
         self.loader.write(key, partition, self.next_version, metadata)
         self.written_to_next.add(key)
 
+    def _take(self, key: PartitionKey) -> Partition:
+        """The partition for a bucket: read ahead, or read now."""
+        if key in self.prefetched:
+            return self.prefetched.pop(key).result()
+        return self.resident(self._load(key))
+
     def _load(self, key: PartitionKey) -> Partition:
         if key in self.writing:  # wanted again before its write ended: still in memory
             future, partition = self.writing.pop(key)
             future.result()
             return partition
+        return self.loader.load(key, self._newest_version(key))
+
+    def _newest_version(self, key: PartitionKey) -> int:
         # Swapped out earlier in this chunk: the version being written has the newest copy.
-        version = self.next_version if key in self.written_to_next else self.committed_version
-        return self.loader.load(key, version)
+        return self.next_version if key in self.written_to_next else self.committed_version
+
+    def _read_for_workers(self, key: PartitionKey, version: int) -> Partition:
+        return self.resident(self.loader.load(key, version))
 
 
 def partition_for_workers(partition: Partition) -> Partition:
@@ -219,3 +270,11 @@ def partition_for_workers(partition: Partition) -> Partition:
     from a partition server become tensors first)."""
     return Partition(embeddings=share_with_workers(torch.as_tensor(partition.embeddings)),
                      adagrad_sum=share_with_workers(torch.as_tensor(partition.adagrad_sum)))
+
+
+def partition_in_pinned_memory(partition: Partition) -> Partition:
+    """The partition in page-locked memory, which a GPU copies from without staging it first
+    (a trainer on a GPU has no Hogwild workers to share it with). Read ahead, the staging
+    copy is made by the reader thread, off the path of training."""
+    return Partition(embeddings=torch.as_tensor(partition.embeddings).pin_memory(),
+                     adagrad_sum=torch.as_tensor(partition.adagrad_sum).pin_memory())
