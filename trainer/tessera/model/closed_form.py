@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -33,11 +33,13 @@ from torch import nn
 from .. import kernels
 from ..edgelist import EdgeList, EntityList
 from .comparators import Comparator
-from .embedding_model import EmbeddingModel
 from .losses import Loss, RankingLoss
 from .negatives import PADDING, Chunking, SideNegatives, negative_mask
 from .operators import Operator, TranslationOperator, accumulate_grad, summed_over_rows
 from .rows import RowGradients, gather_rows
+
+if TYPE_CHECKING:  # the model scores through `fused_losses`, which uses this module
+    from .embedding_model import EmbeddingModel
 
 MINUS_INFINITY = torch.tensor(float("-inf"))  # the score of a masked negative
 
