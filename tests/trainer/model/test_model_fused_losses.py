@@ -159,3 +159,17 @@ def test_the_fused_path_keeps_no_scores(make_config) -> None:
         score_copies.append(sum(1 for shape in saved
                                 if shape[-2:] == (10, 20) or shape[-1] == 21))
     assert score_copies[1] < score_copies[0]
+
+
+def test_the_softmax_loss_takes_the_compiled_kernel(make_config, monkeypatch: pytest.MonkeyPatch,
+                                                    request: pytest.FixtureRequest) -> None:
+    """So that the comparisons above hold the kernel, not only the torch code, to autograd."""
+    calls = []
+    real = kernels.softmax_loss
+    monkeypatch.setattr(kernels, "softmax_loss", lambda *args: calls.append(1) or real(*args))
+    model = random_model(make_config, "complex_diagonal", dynamic_relations=True,
+                         loss_fn="softmax")
+    table = torch.randn(9, DIM, generator=torch.Generator().manual_seed(6))
+    model.training_loss(random_edges(11, 9), table, table, num_batch_negs=3,
+                        num_uniform_negs=2).loss.backward()
+    assert bool(calls) == kernels.AVAILABLE
