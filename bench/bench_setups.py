@@ -10,7 +10,8 @@ the whole process's edges/s, their ratio, the loop's share of the arithmetic lim
 floating-point operations of the score and gradient matrix products per edge, at the rate a
 one-thread and an all-thread float32 matrix product reach on this machine), and the held-out
 MRR of each system's checkpoint scored by one evaluator (this model's operator and comparator,
-sampled negatives, nothing filtered).
+sampled negatives, nothing filtered). PBG 1.0 has no regularizer (`regularization_coef` is
+an unknown key there): that row has Tessera's figures only.
 
     python bench/bench_setups.py --pbg-python /tmp/pbg-venv/bin/python --repeats 3
     python bench/bench_setups.py --setups fb15k --edges 20000 --repeats 1   # a quick check
