@@ -8,6 +8,7 @@ for a shared machine) and, with `--profile`, the operators where that time goes.
     python bench/profile_train.py                          # the benchmark config, 200k edges
     python bench/profile_train.py --profile                # plus a torch.profiler table
     python bench/profile_train.py --operator linear --comparator cos --loss softmax
+    python bench/profile_train.py --kg                     # PBG's FB15k-style setup
 """
 
 from __future__ import annotations
@@ -41,15 +42,19 @@ def worker_setup(args: argparse.Namespace) -> tuple[ModelState, WorkerTask]:
         "entities": {"node": {"num_partitions": 1}},
         "relations": [{"name": "link", "lhs": "node", "rhs": "node",
                        "operator": args.operator}],
+        "dynamic_relations": args.relation_types > 1,
         "dimension": args.dim, "comparator": args.comparator, "loss_fn": args.loss,
         "margin": 0.1, "lr": 0.01, "batch_size": args.batch_size,
         "num_batch_negs": args.negs, "num_uniform_negs": args.negs,
+        "global_emb": not args.kg,
         "entity_path": "unused", "edge_paths": ["unused"], "checkpoint_path": "unused"})
-    model = EmbeddingModel(config, num_relations=1)
+    model = EmbeddingModel(config, num_relations=args.relation_types)
     state = ModelState(model, make_model_optimizer(model, config))
     spec = GraphSpec(args.edges, args.nodes, seed=0)
     lhs, rhs = sample_edges(spec, args.edges, np.random.default_rng(0))
-    edges = EdgeList.from_ids(torch.zeros(args.edges, dtype=torch.long),
+    relations = torch.from_numpy(
+        np.random.default_rng(1).integers(0, args.relation_types, args.edges))
+    edges = EdgeList.from_ids(relations,
                               torch.from_numpy(lhs), torch.from_numpy(rhs))
     generator = torch.Generator().manual_seed(0)
     partition = Partition(
@@ -57,9 +62,10 @@ def worker_setup(args: argparse.Namespace) -> tuple[ModelState, WorkerTask]:
         adagrad_sum=torch.zeros(args.nodes))
     settings = BatchSettings(batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
                              num_uniform_negs=config.num_uniform_negs,
-                             dynamic_relations=False, lr=config.lr)
-    task = WorkerTask(edges=edges, partitions={ENTITY_KEY: partition}, lhs_keys=[ENTITY_KEY],
-                      rhs_keys=[ENTITY_KEY], settings=settings, seed=0)
+                             dynamic_relations=config.dynamic_relations, lr=config.lr)
+    keys = [ENTITY_KEY] * (1 if config.dynamic_relations else args.relation_types)
+    task = WorkerTask(edges=edges, partitions={ENTITY_KEY: partition}, lhs_keys=keys,
+                      rhs_keys=keys, settings=settings, seed=0)
     return state, task
 
 
@@ -88,9 +94,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loss", default="ranking")
     parser.add_argument("--passes", type=int, default=3, help="timed passes over the edges")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--relation-types", type=int, default=1,
+                        help="more than 1: dynamic relations, each edge's type drawn at random")
+    parser.add_argument("--kg", action="store_true",
+                        help="PBG's FB15k-style setup: complex_diagonal, softmax, dimension "
+                        "200, 1000 + 1000 negatives, 1345 dynamic relation types, no global "
+                        "embeddings")
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table")
     parser.add_argument("--rows", type=int, default=25, help="rows of the profiler table")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.kg:
+        args.operator, args.loss, args.dim, args.negs = "complex_diagonal", "softmax", 200, 1000
+        args.relation_types = 1345
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,6 +8,8 @@
  *   ranking_loss   masks a side's negative scores, evaluates the ranking loss and writes its
  *                  gradients w.r.t. the positive and negative scores, in one pass (the
  *                  other setups' ranking loss);
+ *   softmax_loss   the same for the softmax loss (the positive's cross-entropy among itself
+ *                  and its negatives), row by row while a row of scores is in cache;
  *   row_adagrad    sums the gradients of repeated rows and applies row-wise Adagrad to an
  *                  embedding table and its accumulators, one pass per touched row;
  *   gather         copies the rows a batch names out of an embedding table, asking for the
@@ -147,6 +149,79 @@ static int read_struct(PyObject *arg, const char *name, void *out, size_t size) 
                      size, view.len);
     PyBuffer_Release(&view);
     return fits ? 0 : -1;
+}
+
+/* e^x for x <= 0, in a form the compiler vectorises (libm's expf is a call per element):
+ * 2^n times a polynomial of the remainder (Cephes' expf coefficients, about 1 ulp); below
+ * -87 (e^x under float's smallest normal) it returns 0. */
+static inline float exp_nonpositive(float x) {
+    int small = x < -87.0f;
+    x = small ? -87.0f : x;
+    float n = rintf(x * 1.44269504088896341f);
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return small ? 0.0f : y * scale;
+}
+
+/* One row of `softmax_loss`: the loss of the positive `pos` among itself and the negatives
+ * x[0..width) not masked (the positive's own key, or padding); x becomes their gradients. */
+VECTOR_CLONES
+static double softmax_row(float *x, const int64_t *keys, Py_ssize_t width, float pos,
+                          int64_t pos_key, float *pos_grad) {
+    float shift = pos;
+    for (Py_ssize_t m = 0; m < width; m++) {
+        int counts = (keys[m] != pos_key) & (keys[m] >= 0);
+        x[m] = counts ? x[m] : -INFINITY;
+        shift = x[m] > shift ? x[m] : shift;
+    }
+    float total = 0.0f;
+    for (Py_ssize_t m = 0; m < width; m++) {
+        x[m] = exp_nonpositive(x[m] - shift); /* 0 where masked (-inf) */
+        total += x[m];
+    }
+    float pos_exp = exp_nonpositive(pos - shift);
+    total += pos_exp;
+    float scale = 1.0f / total;
+    for (Py_ssize_t m = 0; m < width; m++) x[m] *= scale;
+    *pos_grad += pos_exp * scale - 1.0f;
+    return (double)logf(total) + shift - pos;
+}
+
+/* softmax_loss(scores, pos_scores, pos_keys, neg_keys, pos_grads, chunks, size, width,
+ * edges), addresses of contiguous tensors: scores [chunks, size, width] (overwritten by their
+ * gradients), pos_scores, pos_keys and pos_grads [chunks, size], neg_keys [chunks, width].
+ * Returns the summed loss of the first `edges` rows; the padding rows get zero gradients. */
+static PyObject *softmax_loss(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (expect_args("softmax_loss", nargs, 9)) return NULL;
+    Py_ssize_t v[9];
+    if (read_ints(args, 9, v)) return NULL;
+    float *scores = (float *)v[0], *pos_grads = (float *)v[4];
+    const float *pos_scores = (const float *)v[1];
+    const int64_t *pos_keys = (const int64_t *)v[2], *neg_keys = (const int64_t *)v[3];
+    Py_ssize_t chunks = v[5], size = v[6], width = v[7], edges = v[8];
+    double loss = 0.0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t c = 0; c < chunks; c++)
+        for (Py_ssize_t s = 0; s < size; s++) {
+            Py_ssize_t row = c * size + s;
+            float *x = scores + row * width;
+            if (row < edges)
+                loss += softmax_row(x, neg_keys + c * width, width, pos_scores[row],
+                                    pos_keys[row], pos_grads + row);
+            else
+                memset(x, 0, sizeof(float) * width);
+        }
+    Py_END_ALLOW_THREADS
+    return PyFloat_FromDouble(loss);
 }
 
 /* ranking_loss(margin, weight, positives, block[, block]): the ranking loss of one side's
@@ -547,6 +622,8 @@ static PyMethodDef methods[] = {
      "Rows of a table copied out in the order named, with prefetch."},
     {"ranking_loss", (PyCFunction)(void (*)(void))ranking_loss, METH_FASTCALL,
      "Masked ranking loss of one side's negatives and its score gradients, in one pass."},
+    {"softmax_loss", (PyCFunction)(void (*)(void))softmax_loss, METH_FASTCALL,
+     "Masked softmax loss of one side's negatives and its score gradients, row by row."},
     {"ranking_chunks", (PyCFunction)(void (*)(void))ranking_chunks, METH_FASTCALL,
      "Scores, ranking loss and embedding gradients of a batch, chunk by chunk."},
     {"row_adagrad", (PyCFunction)(void (*)(void))row_adagrad, METH_FASTCALL,

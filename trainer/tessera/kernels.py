@@ -252,3 +252,29 @@ def dense_adagrad(param: torch.Tensor, grad: torch.Tensor, row_sum: torch.Tensor
     _expect(step, torch.float32, 0, "step")
     _kernels.dense_adagrad(param.data_ptr(), grad.data_ptr(), row_sum.data_ptr(),
                            step.data_ptr(), param.numel(), float(lr), float(eps))
+
+
+def softmax_loss(scores: torch.Tensor, pos_scores: torch.Tensor, pos_keys: torch.Tensor,
+                 neg_keys: torch.Tensor, pos_grad: torch.Tensor, num_edges: int) -> float:
+    """The softmax loss of one side's negatives: scores [C, S, M] (contiguous; overwritten
+    by their gradients), the positives' scores and keys [C, S], the negatives' keys [C, M]; a
+    negative whose key is the positive's or negative (padding) counts for nothing. Adds
+    d loss / d positive to `pos_grad` [C, S]; rows past `num_edges` (padding) get zero
+    gradients and no loss. Same result as `losses.SoftmaxLoss.value_and_gradients`."""
+    _expect(scores, torch.float32, 3, "scores")
+    for tensor, dtype, name in ((pos_scores, torch.float32, "pos_scores"),
+                                (pos_keys, torch.int64, "pos_keys"),
+                                (neg_keys, torch.int64, "neg_keys"),
+                                (pos_grad, torch.float32, "pos_grad")):
+        _expect(tensor, dtype, 2, name)
+    chunks, size, width = scores.shape
+    if not (pos_scores.shape == pos_keys.shape == pos_grad.shape == (chunks, size)
+            and neg_keys.shape == (chunks, width) and num_edges <= chunks * size):
+        raise ValueError(f"scores {tuple(scores.shape)}, positives {tuple(pos_scores.shape)}, "
+                         f"keys {tuple(pos_keys.shape)} and {tuple(neg_keys.shape)}, gradients "
+                         f"{tuple(pos_grad.shape)} do not make {num_edges} edges")
+    tensors = (scores, pos_scores, pos_keys, neg_keys, pos_grad)
+    if not all(tensor.is_contiguous() for tensor in tensors):
+        raise ValueError("softmax_loss needs contiguous tensors")
+    return _kernels.softmax_loss(*(tensor.data_ptr() for tensor in tensors), chunks, size,
+                                 width, num_edges)

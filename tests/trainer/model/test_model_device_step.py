@@ -63,7 +63,12 @@ def planted(make_config: Any, operator: str = "translation", comparator: str = "
     elif mode == "all entities":
         relation["all_negs"] = True
     elif mode == "left side disabled":
+        # Logistic: with only the right side corrupted, softmax and ranking see every
+        # candidate shifted alike by the translation and the global embedding, whose gradients
+        # are then exactly zero in exact arithmetic, and Adagrad's first step turns each
+        # path's rounding residue (1e-8) into a step of about lr.
         settings["disable_lhs_negs"] = True
+        loss = "logistic"
     elif mode == "regularized":
         settings["regularization_coef"] = 1e-3
     elif mode == "dynamic relations":

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -33,12 +33,14 @@ from torch import nn
 from .. import kernels
 from ..edgelist import EdgeList, EntityList
 from .comparators import Comparator
-from .embedding_model import EmbeddingModel
-from .losses import Loss, RankingLoss
+from .losses import Loss, RankingLoss, SoftmaxLoss
 from .negatives import PADDING, Chunking, SideNegatives, negative_mask
 from .operators import Operator, TranslationOperator, accumulate_grad, summed_over_rows
 from .rows import RowGradients, gather_rows
 from .scalars import batch_scalar
+
+if TYPE_CHECKING:  # the model scores through `fused_losses`, which uses this module
+    from .embedding_model import EmbeddingModel
 
 MINUS_INFINITY = torch.tensor(float("-inf"))  # the score of a masked negative
 
@@ -257,6 +259,12 @@ def side_loss(chunking: Chunking, pos_scores: torch.Tensor, blocks: list[torch.T
         return kernels.ranking_loss(
             loss_fn.margin, weight, chunking.num_edges, pos_scores,
             layout.keys[:, :layout.num_pos], list(zip(blocks, grads, keys)), pos_grad)
+    if kernels.active() and isinstance(loss_fn, SoftmaxLoss) and weight == 1 \
+            and len(blocks) == 1 and blocks[0] is grads[0] and blocks[0].is_contiguous():
+        # One pass per row of scores instead of torch's eight over the whole tensor.
+        return kernels.softmax_loss(
+            blocks[0], pos_scores.contiguous(), layout.keys[:, :layout.num_pos].contiguous(),
+            neg_keys.contiguous(), pos_grad, chunking.num_edges)
     scores = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
     # In place, through `where`: on CPU, masked_fill_ takes twice as long. Elsewhere the
     # -inf is made on the scores' device (a fill, not a copy from the host).

@@ -31,6 +31,7 @@ from ..config import ConfigSchema
 from ..edgelist import EdgeList, EntityList
 from .comparators import make_comparator
 from .config_checks import check_model_config
+from .fused_losses import corruption_loss
 from .losses import make_loss
 from .negatives import (
     PADDING,
@@ -62,6 +63,26 @@ class BatchResult:
     rhs_pos_scores: torch.Tensor  # [N] (the same as lhs_pos_scores without dynamic relations)
     rhs_neg_scores: torch.Tensor  # [N, M_rhs]
     touched: list[TouchedRows]  # the table rows used, whose leaves hold gradients after backward
+
+
+@dataclass(frozen=True)
+class TrainingLoss:
+    """What training needs of a batch: `BatchResult` without the scores."""
+
+    loss: torch.Tensor  # scalar: backward this
+    regularization: float | torch.Tensor  # a 0-d tensor on a device (`batch_scalar`)
+    touched: list[TouchedRows]
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A batch scored, as `_score` returns it: with `fused`, each side's loss in place of its
+    negative scores."""
+
+    loss: torch.Tensor
+    regularization: float | torch.Tensor
+    scores: tuple[torch.Tensor, ...]  # lhs_pos, lhs_neg, rhs_pos, rhs_neg
+    touched: list[TouchedRows]
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,28 @@ class EmbeddingModel(nn.Module):
         evaluation can use its own, and `mask_same_entity` (for ranking) masks every
         negative that is the positive's entity. Under torch.no_grad nothing takes gradients.
         """
+        scored = self._score(edges, lhs_table, rhs_table, num_batch_negs, num_uniform_negs,
+                             generator, fused=False, mask_same_entity=mask_same_entity)
+        lhs_pos, lhs_neg, rhs_pos, rhs_neg = scored.scores
+        return BatchResult(
+            loss=scored.loss, regularization=scored.regularization, count=len(edges),
+            lhs_pos_scores=lhs_pos.detach(), lhs_neg_scores=lhs_neg.detach(),
+            rhs_pos_scores=rhs_pos.detach(), rhs_neg_scores=rhs_neg.detach(),
+            touched=scored.touched)
+
+    def training_loss(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor,
+                      *, num_batch_negs: int, num_uniform_negs: int,
+                      generator: torch.Generator | None = None) -> TrainingLoss:
+        """`forward`'s loss, to differentiate, without its scores: with an inner-product
+        comparator each side's corruptions are scored by `fused_losses`, which keeps no
+        copies of the [N, M] scores (the same loss and gradients, in less time)."""
+        scored = self._score(edges, lhs_table, rhs_table, num_batch_negs, num_uniform_negs,
+                             generator, fused=self.comparator.inner_product)
+        return TrainingLoss(scored.loss, scored.regularization, scored.touched)
+
+    def _score(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor,
+               num_batch_negs: int, num_uniform_negs: int, generator: torch.Generator | None,
+               *, fused: bool, mask_same_entity: bool = False) -> Scored:
         plan = self.plan_batch(edges, len(lhs_table), len(rhs_table),
                                num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
                                generator=generator, mask_same_entity=mask_same_entity)
@@ -147,19 +190,22 @@ class EmbeddingModel(nn.Module):
         lhs = self._side(relation.lhs, edges.lhs, gathered[0], plan.lhs_negatives)
         rhs = self._side(relation.rhs, edges.rhs, gathered[1], plan.rhs_negatives)
         if self.config.dynamic_relations:
-            scores, regularization = self._score_dynamic(plan.chunking, edges.rel, lhs, rhs)
+            scores, regularization = self._score_dynamic(plan.chunking, edges.rel, lhs, rhs,
+                                                         fused)
         else:
             scores, regularization = self._score_one_relation(plan.chunking, plan.relation_index,
-                                                              lhs, rhs)
+                                                              lhs, rhs, fused)
         lhs_pos, lhs_neg, rhs_pos, rhs_neg = scores
-        loss = relation.weight * (self.loss_fn(lhs_pos, lhs_neg) + self.loss_fn(rhs_pos, rhs_neg))
+        if fused:  # the "scores" of the negatives are each side's loss
+            loss = relation.weight * (lhs_neg + rhs_neg)
+        else:
+            loss = relation.weight * (self.loss_fn(lhs_pos, lhs_neg)
+                                      + self.loss_fn(rhs_pos, rhs_neg))
         if regularization is not None:
             loss = loss + regularization
-        return BatchResult(
-            loss=loss,
-            regularization=0.0 if regularization is None else batch_scalar(regularization),
-            count=len(edges), lhs_pos_scores=lhs_pos.detach(), lhs_neg_scores=lhs_neg.detach(),
-            rhs_pos_scores=rhs_pos.detach(), rhs_neg_scores=rhs_neg.detach(), touched=touched)
+        return Scored(loss=loss, scores=scores, touched=touched,
+                      regularization=0.0 if regularization is None
+                      else batch_scalar(regularization))
 
     def plan_batch(self, edges: EdgeList, lhs_rows: int, rhs_rows: int, *, num_batch_negs: int,
                    num_uniform_negs: int, generator: torch.Generator | None,
@@ -216,27 +262,31 @@ class EmbeddingModel(nn.Module):
         return SideBatch(pos=pos, keys=keys, negatives=negatives, extra=extra)
 
     def _score_one_relation(self, chunking: Chunking, relation_index: int, lhs: SideBatch,
-                            rhs: SideBatch) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+                            rhs: SideBatch, fused: bool
+                            ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         operator = cast(Operator, self.rhs_operators[relation_index])
         prepare = self.comparator.prepare
         lhs_pos, rhs_pos = prepare(lhs.pos), prepare(operator(rhs.pos))
         pos, lhs_neg, rhs_neg = self._compare(
             chunking, lhs_pos, rhs_pos, _corruption(lhs, prepare),
-            _corruption(rhs, lambda embs: prepare(operator(embs))))
+            _corruption(rhs, lambda embs: prepare(operator(embs))), fused)
         regularization = None
         if self.regularizer is not None:
             regularization = self.regularizer(lhs_pos, rhs_pos, operator)
         return (pos, lhs_neg, pos, rhs_neg), regularization
 
     def _score_dynamic(self, chunking: Chunking, rel: torch.Tensor, lhs: SideBatch,
-                       rhs: SideBatch) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+                       rhs: SideBatch, fused: bool
+                       ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         lhs_operator = cast(DynamicOperator, self.lhs_operators[0])
         rhs_operator = cast(DynamicOperator, self.rhs_operators[0])
         prepare = self.comparator.prepare
         u, v = prepare(lhs.pos), prepare(rhs.pos)
         g_u, h_v = prepare(lhs_operator(lhs.pos, rel)), prepare(rhs_operator(rhs.pos, rel))
-        lhs_pos, lhs_neg, _ = self._compare(chunking, u, h_v, _corruption(lhs, prepare), None)
-        rhs_pos, _, rhs_neg = self._compare(chunking, g_u, v, None, _corruption(rhs, prepare))
+        lhs_pos, lhs_neg, _ = self._compare(chunking, u, h_v, _corruption(lhs, prepare), None,
+                                            fused)
+        rhs_pos, _, rhs_neg = self._compare(chunking, g_u, v, None, _corruption(rhs, prepare),
+                                            fused)
         regularization = None
         if self.regularizer is not None:
             regularization = (self.regularizer.dynamic(u, h_v, rhs_operator, rel)
@@ -244,14 +294,36 @@ class EmbeddingModel(nn.Module):
         return (lhs_pos, lhs_neg, rhs_pos, rhs_neg), regularization
 
     def _compare(self, chunking: Chunking, lhs_pos: torch.Tensor, rhs_pos: torch.Tensor,
-                 lhs: Corruption | None, rhs: Corruption | None) -> tuple[torch.Tensor, ...]:
-        """Positive scores [N] and each side's negative scores [N, M] (M = 0 if not given)."""
+                 lhs: Corruption | None, rhs: Corruption | None, fused: bool = False
+                 ) -> tuple[torch.Tensor, ...]:
+        """Positive scores [N] and each side's negative scores [N, M] (M = 0 if not given);
+        `fused`: each side's loss instead of its negative scores."""
         lhs_chunks, rhs_chunks = chunking.chunk(lhs_pos), chunking.chunk(rhs_pos)
+        if fused:
+            pos = (lhs_chunks * rhs_chunks).sum(-1)
+            return (chunking.unchunk(pos),
+                    self._fused_loss(chunking, pos, rhs_chunks, lhs_chunks, lhs),
+                    self._fused_loss(chunking, pos, lhs_chunks, rhs_chunks, rhs))
         pos, lhs_neg, rhs_neg = self.comparator(
             lhs_chunks, rhs_chunks, _negatives(chunking, lhs_chunks, lhs),
             _negatives(chunking, rhs_chunks, rhs))
         return (chunking.unchunk(pos), _masked(chunking, lhs_neg, lhs),
                 _masked(chunking, rhs_neg, rhs))
+
+    def _fused_loss(self, chunking: Chunking, pos: torch.Tensor, queries: torch.Tensor,
+                    own_chunks: torch.Tensor, corruption: Corruption | None) -> torch.Tensor:
+        """The loss of one side's corruptions, scored by `queries` [C, S, d] (the other side)."""
+        if corruption is None:
+            keys = torch.full(pos.shape, PADDING, dtype=torch.long, device=pos.device)
+            return corruption_loss(chunking, self.loss_fn, pos, queries,
+                                   _negatives(chunking, own_chunks, None), keys,
+                                   keys[:, :0], use_batch=False)
+        side = corruption.side
+        return corruption_loss(chunking, self.loss_fn, pos, queries,
+                               _negatives(chunking, own_chunks, corruption),
+                               chunking.chunk(side.keys, PADDING),
+                               negative_keys(chunking, side.negatives, side.keys),
+                               use_batch=side.negatives.use_batch)
 
 
 def _corruption(side: SideBatch, transform: Callable[[torch.Tensor], torch.Tensor]) -> Corruption:

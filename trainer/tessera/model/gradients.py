@@ -40,8 +40,8 @@ def batch_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Ten
             model, edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
             num_uniform_negs=num_uniform_negs, generator=generator)
         return BatchGradients(loss=loss, regularization=0.0, rows=rows)
-    result = model(edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
-                   num_uniform_negs=num_uniform_negs, generator=generator)
+    result = model.training_loss(edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
+                                 num_uniform_negs=num_uniform_negs, generator=generator)
     result.loss.backward()
     return BatchGradients(
         loss=batch_scalar(result.loss), regularization=result.regularization,
