@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from tessera.importing import dictionary as dictionary_module
-from tessera.importing.dictionary import FingerprintCollision, NameDictionary
+from tessera.importing.dictionary import FingerprintCollision, HashedNames, NameDictionary
 
 
 def strings(*names: str) -> pa.Array:
@@ -74,3 +74,16 @@ def test_two_names_with_one_fingerprint_raise_instead_of_merging(monkeypatch):
     # Within one block too.
     with pytest.raises(FingerprintCollision):
         NameDictionary().encode(strings("one", "two"))
+
+
+def test_names_hashed_ahead_encode_as_the_names_themselves():
+    blocks = [strings("x", "y", "x"), strings("y", "z"), strings("w", "x")]
+    plain, ahead = NameDictionary(salt=3), NameDictionary(salt=3)
+    for block, kind in zip(blocks, [0, 1, 0]):
+        assert (plain.encode(block, kind) == ahead.encode(HashedNames.of(block, 3), kind)).all()
+    assert ahead.names().to_pylist() == plain.names().to_pylist()
+    assert (ahead.counts == plain.counts).all() and (ahead.kinds == plain.kinds).all()
+    assert (ahead.find(HashedNames.of(strings("z", "v"), 3), 1) == plain.find(
+        strings("z", "v"), 1)).all()
+    with pytest.raises(ValueError, match="salt 0"):  # hashed for another dictionary
+        ahead.encode(HashedNames.of(strings("x"), 0))

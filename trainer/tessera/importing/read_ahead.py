@@ -41,9 +41,6 @@ def read_ahead(items: Iterator[T]) -> Iterator[T]:
     finally:  # also when the consumer stops early: the producer ends after its current item
         stop.set()
         producer.join()
-        close = getattr(items, "close", None)
-        if close is not None:  # a generator releases what it holds (files, its own thread)
-            close()
 
 
 def _put(slot: queue.Queue[tuple[str, Any]], entry: tuple[str, Any],
