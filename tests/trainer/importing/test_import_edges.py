@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import random
 from collections import Counter
 
@@ -335,6 +336,26 @@ def test_reading_progress_of_a_compressed_input_counts_edges(make_config, tmp_pa
     (reading_done,) = [record for record in records
                        if record.get("event") == "import: reading done"]
     assert reading_done["edges"] == 400 and "bytes" not in reading_done
+
+
+def test_a_bucket_that_fails_to_publish_among_others_leaves_no_file(make_config, tmp_path,
+                                                                     monkeypatch):
+    # Buckets are closed and published several at once: one failing among them must still
+    # leave neither buckets nor temporary files, and raise its own error.
+    path = write_tsv(tmp_path / "edges.tsv", social_graph())
+    config = user_item_config(make_config)
+    real_replace = os.replace
+
+    def replace(source, target):
+        if str(target).endswith("edges_1_0.h5"):
+            raise OSError("no space left on device")
+        real_replace(source, target)
+
+    monkeypatch.setattr("tessera.storage.fs.os.replace", replace)
+    with pytest.raises(OSError, match="no space left"):
+        import_edges(config, [path], ImportOptions(rel_col=1, rhs_col=2), QUIET)
+    assert os.listdir(config.edge_paths[0]) == []
+    assert Directory(config.entity_path).listdir() == []
 
 
 def test_inputs_and_outputs_on_s3(make_config, tmp_path, s3_dir):
