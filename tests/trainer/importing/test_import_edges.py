@@ -19,6 +19,7 @@ from tessera.errors import BadInputError, ConfigError, FormatError
 from tessera.importing import ImportOptions, bucket_pass, dictionary, import_edges, writer
 from tessera.progress import Reporter
 from tessera.storage import edges as edge_files
+from tessera.storage import entities as entity_files
 from tessera.storage.fs import Directory
 
 QUIET = Reporter("quiet")
@@ -352,6 +353,26 @@ def test_a_bucket_that_fails_to_publish_among_others_leaves_no_file(make_config,
         real_replace(source, target)
 
     monkeypatch.setattr("tessera.storage.fs.os.replace", replace)
+    with pytest.raises(OSError, match="no space left"):
+        import_edges(config, [path], ImportOptions(rel_col=1, rhs_col=2), QUIET)
+    assert os.listdir(config.edge_paths[0]) == []
+    assert Directory(config.entity_path).listdir() == []
+
+
+def test_a_failure_while_staging_entity_files_undoes_the_buckets(make_config, tmp_path,
+                                                                   monkeypatch):
+    # The entity files are staged by another thread while the buckets are written: its
+    # failure reaches the caller, and the buckets already published are deleted.
+    path = write_tsv(tmp_path / "edges.tsv", social_graph())
+    config = user_item_config(make_config)
+    real_write = entity_files.write_names_file
+
+    def failing_write(directory, name, names):
+        if name == "entity_names_user_2.json":
+            raise OSError("no space left on device")
+        real_write(directory, name, names)
+
+    monkeypatch.setattr(entity_files, "write_names_file", failing_write)
     with pytest.raises(OSError, match="no space left"):
         import_edges(config, [path], ImportOptions(rel_col=1, rhs_col=2), QUIET)
     assert os.listdir(config.edge_paths[0]) == []

@@ -14,6 +14,7 @@ types keep their ids, new ones are appended.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Sequence
 
@@ -61,12 +62,16 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
             edges_read = tables.edges_read
             layout = lay_out(plan, tables)
             entity_indices = featurized_entity_indices(plan, feature_tables, tables, layout)
-            _stage_entity_files(plan, tables, layout, update)
-            del tables  # the names are staged; the buckets need the layout only
             reporter.event("import: entities placed", entities={
                 entity_type: sum(layout.placements[entity_type].counts)
                 for entity_type in plan.entity_types}, new_entities=layout.entities_new)
-            written = _write_all_buckets(plan, spill, layout, publication, reporter)
+            # The entity files are staged by a thread of their own while the buckets are
+            # written: the two share nothing but the layout, which neither changes.
+            with concurrent.futures.ThreadPoolExecutor(1) as staging:
+                staged = staging.submit(_stage_entity_files, plan, tables, layout, update)
+                del tables  # the staging thread frees the names when it is done
+                written = _write_all_buckets(plan, spill, layout, publication, reporter)
+                staged.result()
         featurize(plan, feature_tables, entity_indices, update, publication, reporter)
         update.publish(publication)
     except BaseException:
