@@ -2,11 +2,13 @@
 
 Two passes, PBG's importer made vectorised and streaming: the first reads every input once
 and builds the name dictionaries (spilling each edge as ids to a local file), then entities
-are laid out in partitions and the entity files staged, then the second pass writes the
-buckets of each input from the spilled ids, featurized entity types are turned into bags of
-features (`featurized`), and last the entity files are moved into place. Memory holds the
-dictionaries and one block at a time, never the edge list. If anything fails, every file this
-import published is deleted (and an extended dictionary restored).
+are laid out in partitions, then the second pass writes the buckets of each input from the
+spilled ids while a thread stages the entity files, featurized entity types are turned into
+bags of features (`featurized`), and last the entity files are moved into place. Each pass
+runs as a pipeline on two cores: one thread reads and hashes (or places and sorts) the next
+block while another encodes (or writes) the current one. Memory holds the dictionaries and a
+few blocks, never the edge list. If anything fails, every file this import published is
+deleted (and an extended dictionary restored).
 
 A dictionary already in `entity_path` is extended (`existing`): known entities and relation
 types keep their ids, new ones are appended.
