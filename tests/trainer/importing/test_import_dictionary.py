@@ -63,7 +63,7 @@ def test_stable_hashes_depend_on_the_name_only():
 
 
 def test_two_names_with_one_fingerprint_raise_instead_of_merging(monkeypatch):
-    def constant_fingerprint(names, salt=0, tweak=None):
+    def constant_fingerprint(names, salt=0):
         return np.full(len(names), 42, dtype=np.uint64)
 
     monkeypatch.setattr(dictionary_module, "fingerprint", constant_fingerprint)

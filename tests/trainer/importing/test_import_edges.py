@@ -292,10 +292,10 @@ def test_a_fingerprint_collision_is_retried_with_another_salt(make_config, tmp_p
                                                               monkeypatch):
     real_fingerprint = dictionary.fingerprint
 
-    def colliding_without_salt(names, salt=0, tweak=None):
+    def colliding_without_salt(names, salt=0):
         if salt == 0:
             return np.zeros(len(names), dtype=np.uint64)
-        return real_fingerprint(names, salt, tweak)
+        return real_fingerprint(names, salt)
 
     monkeypatch.setattr(dictionary, "fingerprint", colliding_without_salt)
     rows = [("a", "b"), ("b", "c"), ("c", "a")]
