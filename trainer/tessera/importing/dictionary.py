@@ -113,8 +113,9 @@ class NameDictionary:
             ids[missing] = new_ids
             self._store(names, missing[representatives], kinds)
         self._check_equal(block, ids, kinds)
-        counts = np.bincount(ids, weights=weights, minlength=len(self))
-        self._counts.values[:] += counts.astype(np.int64, copy=False)
+        # In place: a bincount would make (and add) an array the size of the dictionary.
+        np.add.at(self._counts.values, ids,
+                  1 if weights is None else np.asarray(weights, dtype=np.int64))
         return ids
 
     def find(self, names: pa.Array | HashedNames, kinds: np.ndarray | int = 0) -> np.ndarray:

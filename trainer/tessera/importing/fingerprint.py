@@ -108,8 +108,9 @@ def names_equal(left: NameBytes, left_rows: np.ndarray | None, right: NameBytes,
     (`left_rows` None: every name of `left`, in order)."""
     every = slice(None) if left_rows is None else left_rows
     lengths = left.lengths[every]
-    equal = lengths == right.lengths[right_rows]
-    equal &= left.first_words[every] == right.first_words[right_rows]
+    # `take`: the same gathers as `[]`, faster on a block of rows (the dictionary's lookups).
+    equal = lengths == right.lengths.take(right_rows)
+    equal &= left.first_words[every] == right.first_words.take(right_rows)
     candidates = np.flatnonzero(equal & (lengths > WORD_BYTES))
     left_index = candidates if left_rows is None else left_rows[candidates]
     right_index = right_rows[candidates]
