@@ -76,7 +76,7 @@ class DelimitedText:
         parsed = ((chunk, self._parse(chunk))
                   for chunk in line_chunks(file, block_edges, skip_rows))
         for chunk, table in parsed:
-            chosen = {index: table.column(f"f{index}").combine_chunks()
+            chosen = {index: _one_array(table.column(f"f{index}"))
                       for index in self.columns.needed}
             fraction = min(chunk.end_offset / size, 1.0) if size else None
             for start in range(0, table.num_rows, block_edges):
@@ -137,6 +137,11 @@ class DelimitedText:
         return FormatError(self.url, f"{where}: found {row.actual_columns} columns, but the "
                                      f"first line has {row.expected_columns}; every line must "
                                      "have the same number of columns")
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array; a chunk is used as it is (`combine_chunks` would copy it)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def line_chunks(file: IO[bytes], block_edges: int, skip_rows: int = 0) -> Iterator[LineChunk]:
