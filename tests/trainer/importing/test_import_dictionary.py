@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from tessera.importing import dictionary as dictionary_module
-from tessera.importing.dictionary import FingerprintCollision, NameDictionary
+from tessera.importing.dictionary import FingerprintCollision, HashedNames, NameDictionary
 
 
 def strings(*names: str) -> pa.Array:
@@ -63,7 +63,7 @@ def test_stable_hashes_depend_on_the_name_only():
 
 
 def test_two_names_with_one_fingerprint_raise_instead_of_merging(monkeypatch):
-    def constant_fingerprint(names, salt=0, tweak=None):
+    def constant_fingerprint(names, salt=0):
         return np.full(len(names), 42, dtype=np.uint64)
 
     monkeypatch.setattr(dictionary_module, "fingerprint", constant_fingerprint)
@@ -74,3 +74,16 @@ def test_two_names_with_one_fingerprint_raise_instead_of_merging(monkeypatch):
     # Within one block too.
     with pytest.raises(FingerprintCollision):
         NameDictionary().encode(strings("one", "two"))
+
+
+def test_names_hashed_ahead_encode_as_the_names_themselves():
+    blocks = [strings("x", "y", "x"), strings("y", "z"), strings("w", "x")]
+    plain, ahead = NameDictionary(salt=3), NameDictionary(salt=3)
+    for block, kind in zip(blocks, [0, 1, 0]):
+        assert (plain.encode(block, kind) == ahead.encode(HashedNames.of(block, 3), kind)).all()
+    assert ahead.names().to_pylist() == plain.names().to_pylist()
+    assert (ahead.counts == plain.counts).all() and (ahead.kinds == plain.kinds).all()
+    assert (ahead.find(HashedNames.of(strings("z", "v"), 3), 1) == plain.find(
+        strings("z", "v"), 1)).all()
+    with pytest.raises(ValueError, match="salt 0"):  # hashed for another dictionary
+        ahead.encode(HashedNames.of(strings("x"), 0))

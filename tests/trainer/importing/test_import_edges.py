@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import random
 from collections import Counter
 
@@ -18,6 +19,7 @@ from tessera.errors import BadInputError, ConfigError, FormatError
 from tessera.importing import ImportOptions, bucket_pass, dictionary, import_edges, writer
 from tessera.progress import Reporter
 from tessera.storage import edges as edge_files
+from tessera.storage import entities as entity_files
 from tessera.storage.fs import Directory
 
 QUIET = Reporter("quiet")
@@ -290,10 +292,10 @@ def test_a_fingerprint_collision_is_retried_with_another_salt(make_config, tmp_p
                                                               monkeypatch):
     real_fingerprint = dictionary.fingerprint
 
-    def colliding_without_salt(names, salt=0, tweak=None):
+    def colliding_without_salt(names, salt=0):
         if salt == 0:
             return np.zeros(len(names), dtype=np.uint64)
-        return real_fingerprint(names, salt, tweak)
+        return real_fingerprint(names, salt)
 
     monkeypatch.setattr(dictionary, "fingerprint", colliding_without_salt)
     rows = [("a", "b"), ("b", "c"), ("c", "a")]
@@ -335,6 +337,46 @@ def test_reading_progress_of_a_compressed_input_counts_edges(make_config, tmp_pa
     (reading_done,) = [record for record in records
                        if record.get("event") == "import: reading done"]
     assert reading_done["edges"] == 400 and "bytes" not in reading_done
+
+
+def test_a_bucket_that_fails_to_publish_among_others_leaves_no_file(make_config, tmp_path,
+                                                                     monkeypatch):
+    # Buckets are closed and published several at once: one failing among them must still
+    # leave neither buckets nor temporary files, and raise its own error.
+    path = write_tsv(tmp_path / "edges.tsv", social_graph())
+    config = user_item_config(make_config)
+    real_replace = os.replace
+
+    def replace(source, target):
+        if str(target).endswith("edges_1_0.h5"):
+            raise OSError("no space left on device")
+        real_replace(source, target)
+
+    monkeypatch.setattr("tessera.storage.fs.os.replace", replace)
+    with pytest.raises(OSError, match="no space left"):
+        import_edges(config, [path], ImportOptions(rel_col=1, rhs_col=2), QUIET)
+    assert os.listdir(config.edge_paths[0]) == []
+    assert Directory(config.entity_path).listdir() == []
+
+
+def test_a_failure_while_staging_entity_files_undoes_the_buckets(make_config, tmp_path,
+                                                                   monkeypatch):
+    # The entity files are staged by another thread while the buckets are written: its
+    # failure reaches the caller, and the buckets already published are deleted.
+    path = write_tsv(tmp_path / "edges.tsv", social_graph())
+    config = user_item_config(make_config)
+    real_write = entity_files.write_names_file
+
+    def failing_write(directory, name, names):
+        if name == "entity_names_user_2.json":
+            raise OSError("no space left on device")
+        real_write(directory, name, names)
+
+    monkeypatch.setattr(entity_files, "write_names_file", failing_write)
+    with pytest.raises(OSError, match="no space left"):
+        import_edges(config, [path], ImportOptions(rel_col=1, rhs_col=2), QUIET)
+    assert os.listdir(config.edge_paths[0]) == []
+    assert Directory(config.entity_path).listdir() == []
 
 
 def test_inputs_and_outputs_on_s3(make_config, tmp_path, s3_dir):

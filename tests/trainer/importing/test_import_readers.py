@@ -154,3 +154,19 @@ def test_read_ahead_keeps_order_raises_errors_and_stops_with_its_consumer():
     items.close()  # the consumer stops: so does the producer, one item ahead at most
     assert threading.active_count() == threads_before
     assert len(produced) <= 5
+
+
+def test_read_ahead_closes_a_generator_its_consumer_left():
+    # A generator left half way holds its file (and its own reading thread) until closed.
+    closed = []
+
+    def holding_a_file():
+        try:
+            yield from range(100)
+        finally:
+            closed.append(True)
+
+    items = read_ahead(holding_a_file())
+    assert next(items) == 0
+    items.close()
+    assert closed == [True]

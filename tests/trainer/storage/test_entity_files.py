@@ -94,3 +94,15 @@ def test_a_negative_count_is_refused_before_anything_is_written(local_dir):
     with pytest.raises(ValueError, match="negative"):
         write_entity_count(local_dir, "user", 0, -1)
     assert local_dir.listdir() == []
+
+
+@pytest.mark.parametrize("count", [0, 1, 4, 5, 11])
+def test_names_written_in_pieces_are_json_dumps_text(local_dir, monkeypatch, count):
+    # The names are encoded a few at a time; the file must still be one JSON list, the same
+    # bytes as encoding them at once, whatever the piece boundaries.
+    monkeypatch.setattr("tessera.storage.entities.NAMES_PER_PIECE", 4)
+    names = [f'n"{index}\\é' for index in range(count)]
+    write_entity_names(local_dir, "user", 0, names)
+    text = local_dir.read_text("entity_names_user_0.json")
+    assert text == json.dumps(names, ensure_ascii=False)
+    assert read_entity_names(local_dir, "user", 0) == names

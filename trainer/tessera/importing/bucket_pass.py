@@ -15,10 +15,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..progress import Task
-from .bucketing import PlacedEdges, split_by_bucket
+from .bucketing import BucketSlice, PlacedEdges, split_by_bucket
 from .fingerprint import combine
 from .layout import OFFSET_MASK, PLACE_SHIFT, Layout
 from .plan import ImportPlan
+from .read_ahead import read_ahead
 from .spill import EdgeIds, EdgeIdSpill
 from .writer import BucketWriters, Publication
 
@@ -37,16 +38,28 @@ def write_buckets(plan: ImportPlan, input_index: int, spill: EdgeIdSpill, layout
     for first, stop in lhs_rounds(num_lhs, num_rhs):
         buckets = [(lhs, rhs) for lhs in range(first, stop) for rhs in range(num_rhs)]
         with BucketWriters(edge_dir, buckets, publication) as writers:
-            for ids in spill.blocks(input_index, min(BLOCK_EDGES, plan.options.block_edges)):
-                edges = place_edges(plan, layout, ids)
-                if (first, stop) != (0, num_lhs):
-                    edges = edges.select(np.flatnonzero((edges.lhs_part >= first)
-                                                        & (edges.lhs_part < stop)))
-                for piece in split_by_bucket(edges, num_rhs, num_lhs * num_rhs):
+            # Placing and sorting the next block (NumPy, mostly without the GIL) overlaps
+            # with appending this one to the HDF5 files.
+            for block_edges, pieces in read_ahead(_placed_blocks(plan, input_index, spill,
+                                                                 layout, first, stop)):
+                for piece in pieces:
                     writers.append(piece)
-                task.advance(len(ids))
+                task.advance(block_edges)
             written += writers.num_edges
     return written
+
+
+def _placed_blocks(plan: ImportPlan, input_index: int, spill: EdgeIdSpill, layout: Layout,
+                   first: int, stop: int) -> Iterator[tuple[int, list[BucketSlice]]]:
+    """Each spilled block's edges of lhs partitions [first, stop), split by bucket (with the
+    block's size, for progress)."""
+    num_lhs, num_rhs = plan.grid
+    for ids in spill.blocks(input_index, min(BLOCK_EDGES, plan.options.block_edges)):
+        edges = place_edges(plan, layout, ids)
+        if (first, stop) != (0, num_lhs):
+            edges = edges.select(np.flatnonzero((edges.lhs_part >= first)
+                                                & (edges.lhs_part < stop)))
+        yield len(ids), list(split_by_bucket(edges, num_rhs, num_lhs * num_rhs))
 
 
 def lhs_rounds(num_lhs: int, num_rhs: int) -> Iterator[tuple[int, int]]:

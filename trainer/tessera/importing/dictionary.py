@@ -10,11 +10,13 @@ so a collision can cost time but never merge two entities.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
 from ..errors import BadInputError
-from .fingerprint import WORD_BYTES, NameBytes, fingerprint, names_equal
+from .fingerprint import WORD_BYTES, NameBytes, combine, fingerprint, names_equal
 from .hashtable import KeyTable
 
 
@@ -49,6 +51,26 @@ class _GrowingArray:
         self.size = end
 
 
+@dataclass(frozen=True)
+class HashedNames:
+    """Names with their bytes and salted fingerprints: the share of encoding that needs no
+    dictionary, so that it can be done ahead, in the reading thread, while the main thread
+    looks up the previous block."""
+
+    names: pa.Array
+    block: NameBytes
+    fingerprints: np.ndarray  # uint64, under `salt`
+    salt: int
+
+    @classmethod
+    def of(cls, names: pa.Array, salt: int) -> HashedNames:
+        block = NameBytes.from_arrow(names)
+        return cls(names, block, fingerprint(block, salt), salt)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
 class NameDictionary:
     """Distinct (kind, name) pairs with ids 0, 1, 2... and how often each occurred."""
 
@@ -75,11 +97,12 @@ class NameDictionary:
         """Occurrences of each id, as counted by `encode`."""
         return self._counts.values
 
-    def encode(self, names: pa.Array, kinds: np.ndarray | int = 0,
+    def encode(self, names: pa.Array | HashedNames, kinds: np.ndarray | int = 0,
                weights: np.ndarray | None = None) -> np.ndarray:
         """The id of each name (int64), adding new names; counts grow by `weights` (or 1)."""
-        block = NameBytes.from_arrow(names)
-        keys = self._keys(block, kinds)
+        hashed = self._hashed(names)
+        block, names = hashed.block, hashed.names
+        keys = self._keys(hashed, kinds)
         ids = self._table.find(keys)
         missing = np.flatnonzero(ids < 0)
         if len(missing):
@@ -90,14 +113,16 @@ class NameDictionary:
             ids[missing] = new_ids
             self._store(names, missing[representatives], kinds)
         self._check_equal(block, ids, kinds)
-        counts = np.bincount(ids, weights=weights, minlength=len(self))
-        self._counts.values[:] += counts.astype(np.int64, copy=False)
+        # In place: a bincount would make (and add) an array the size of the dictionary.
+        np.add.at(self._counts.values, ids,
+                  1 if weights is None else np.asarray(weights, dtype=np.int64))
         return ids
 
-    def find(self, names: pa.Array, kinds: np.ndarray | int = 0) -> np.ndarray:
+    def find(self, names: pa.Array | HashedNames, kinds: np.ndarray | int = 0) -> np.ndarray:
         """The id of each name (int64), or -1 for names not in the dictionary."""
-        block = NameBytes.from_arrow(names)
-        ids = self._table.find(self._keys(block, kinds))
+        hashed = self._hashed(names)
+        block = hashed.block
+        ids = self._table.find(self._keys(hashed, kinds))
         known = np.flatnonzero(ids >= 0)
         ids[known[~self._equal(block, known, ids[known], _at(kinds, known))]] = -1
         return ids
@@ -118,8 +143,17 @@ class NameDictionary:
         """A hash of each name that depends on the name only (not on salt or kind)."""
         return fingerprint(self._stored(), salt=0)
 
-    def _keys(self, block: NameBytes, kinds: np.ndarray | int) -> np.ndarray:
-        keys = fingerprint(block, self.salt, kinds)
+    def _hashed(self, names: pa.Array | HashedNames) -> HashedNames:
+        if not isinstance(names, HashedNames):
+            return HashedNames.of(names, self.salt)
+        if names.salt != self.salt:
+            raise ValueError(f"names hashed under salt {names.salt}, not {self.salt}")
+        return names
+
+    def _keys(self, hashed: HashedNames, kinds: np.ndarray | int) -> np.ndarray:
+        """Table keys: the name's fingerprint mixed with its kind (the same name in two
+        entity types is two entries)."""
+        keys = combine(hashed.fingerprints, np.asarray(kinds).astype(np.uint64))
         keys[keys == 0] = 1  # 0 marks an empty slot; the byte comparison guards the merge
         return keys
 

@@ -4,8 +4,9 @@ The importer identifies names by fingerprint in its hash table and assigns hash 
 with the same function, so the hash must be vectorised, the same in every run, process and
 platform (unlike Python's salted `hash`), and well mixed in every bit. A name is read as
 little-endian 64-bit words, the last one zero-padded; each word is folded in with a multiply
-and MurmurHash3's 64-bit finaliser, and the state starts from the length, a salt and an
-optional per-name tweak (the entity type), so that "a" and "a\\0" differ.
+and MurmurHash3's 64-bit finaliser, and the state starts from the length and a salt, so
+that "a" and "a\\0" differ. The dictionary mixes an entity's type in afterwards (`combine`),
+so that hashing, which needs no type, can run ahead of it.
 
 A fingerprint only proposes that two names are equal; `names_equal` confirms it byte for
 byte, on the same word view.
@@ -22,7 +23,6 @@ _U64 = np.uint64
 _ALL_BITS = _U64(0xFFFF_FFFF_FFFF_FFFF)
 _GOLDEN = _U64(0x9E37_79B9_7F4A_7C15)
 _LENGTH_MULTIPLIER = _U64(0xC2B2_AE3D_27D4_EB4F)
-_TWEAK_MULTIPLIER = _U64(0x1656_67B1_9E37_79F9)
 _FMIX_1 = _U64(0xFF51_AFD7_ED55_8CCD)
 _FMIX_2 = _U64(0xC4CE_B9FE_1A85_EC53)
 _SEED = 0x5EED_7E55_E4A0_0001  # so that the empty name does not hash to 0
@@ -74,13 +74,10 @@ class NameBytes:
                              self.lengths[rows] - WORD_BYTES * index)
 
 
-def fingerprint(names: NameBytes, salt: int = 0,
-                tweak: np.ndarray | int | None = None) -> np.ndarray:
-    """A 64-bit hash (uint64) of each name; equal (name, salt, tweak) give equal hashes."""
+def fingerprint(names: NameBytes, salt: int = 0) -> np.ndarray:
+    """A 64-bit hash (uint64) of each name; equal (name, salt) give equal hashes."""
     state = names.lengths.astype(np.uint64) * _LENGTH_MULTIPLIER
     state ^= _U64((salt ^ _SEED) & 0xFFFF_FFFF_FFFF_FFFF)
-    if tweak is not None:
-        state ^= (np.asarray(tweak).astype(np.uint64) + _U64(1)) * _TWEAK_MULTIPLIER
     state ^= names.word(0)
     state *= _GOLDEN
     _finalise(state)
@@ -111,8 +108,9 @@ def names_equal(left: NameBytes, left_rows: np.ndarray | None, right: NameBytes,
     (`left_rows` None: every name of `left`, in order)."""
     every = slice(None) if left_rows is None else left_rows
     lengths = left.lengths[every]
-    equal = lengths == right.lengths[right_rows]
-    equal &= left.first_words[every] == right.first_words[right_rows]
+    # `take`: the same gathers as `[]`, faster on a block of rows (the dictionary's lookups).
+    equal = lengths == right.lengths.take(right_rows)
+    equal &= left.first_words[every] == right.first_words.take(right_rows)
     candidates = np.flatnonzero(equal & (lengths > WORD_BYTES))
     left_index = candidates if left_rows is None else left_rows[candidates]
     right_index = right_rows[candidates]

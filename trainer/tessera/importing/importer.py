@@ -2,11 +2,13 @@
 
 Two passes, PBG's importer made vectorised and streaming: the first reads every input once
 and builds the name dictionaries (spilling each edge as ids to a local file), then entities
-are laid out in partitions and the entity files staged, then the second pass writes the
-buckets of each input from the spilled ids, featurized entity types are turned into bags of
-features (`featurized`), and last the entity files are moved into place. Memory holds the
-dictionaries and one block at a time, never the edge list. If anything fails, every file this
-import published is deleted (and an extended dictionary restored).
+are laid out in partitions, then the second pass writes the buckets of each input from the
+spilled ids while a thread stages the entity files, featurized entity types are turned into
+bags of features (`featurized`), and last the entity files are moved into place. Each pass
+runs as a pipeline on two cores: one thread reads and hashes (or places and sorts) the next
+block while another encodes (or writes) the current one. Memory holds the dictionaries and a
+few blocks, never the edge list. If anything fails, every file this import published is
+deleted (and an extended dictionary restored).
 
 A dictionary already in `entity_path` is extended (`existing`): known entities and relation
 types keep their ids, new ones are appended.
@@ -14,6 +16,7 @@ types keep their ids, new ones are appended.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Sequence
 
@@ -61,12 +64,16 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
             edges_read = tables.edges_read
             layout = lay_out(plan, tables)
             entity_indices = featurized_entity_indices(plan, feature_tables, tables, layout)
-            _stage_entity_files(plan, tables, layout, update)
-            del tables  # the names are staged; the buckets need the layout only
             reporter.event("import: entities placed", entities={
                 entity_type: sum(layout.placements[entity_type].counts)
                 for entity_type in plan.entity_types}, new_entities=layout.entities_new)
-            written = _write_all_buckets(plan, spill, layout, publication, reporter)
+            # The entity files are staged by a thread of their own while the buckets are
+            # written: the two share nothing but the layout, which neither changes.
+            with concurrent.futures.ThreadPoolExecutor(1) as staging:
+                staged = staging.submit(_stage_entity_files, plan, tables, layout, update)
+                del tables  # the staging thread frees the names when it is done
+                written = _write_all_buckets(plan, spill, layout, publication, reporter)
+                staged.result()
         featurize(plan, feature_tables, entity_indices, update, publication, reporter)
         update.publish(publication)
     except BaseException:

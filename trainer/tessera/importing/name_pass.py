@@ -8,7 +8,7 @@ an error naming the file and the line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,11 +17,12 @@ import pyarrow.compute as pc
 
 from ..errors import FormatError
 from ..progress import Task
-from .dictionary import NameDictionary
+from .dictionary import HashedNames, NameDictionary
 from .edge_blocks import EdgeBlock
 from .existing import ExistingDictionary, KnownNames
 from .header_check import FirstLineCheck
 from .plan import ImportPlan, InputPlan
+from .read_ahead import read_ahead
 from .read_progress import ReadProgress
 from .readers import read_edge_blocks
 from .spill import EdgeIds, EdgeIdSpill
@@ -52,16 +53,17 @@ def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0,
     for index, source in enumerate(plan.inputs):
         count = 0
         first_line = FirstLineCheck()
-        for block in read_edge_blocks(
-                source.url, input_format=source.input_format, columns=plan.columns,
-                block_edges=plan.options.block_edges, delimiter=plan.options.delimiter,
-                skip_rows=plan.options.skip_rows, storage_options=plan.storage_options):
+        blocks = read_edge_blocks(
+            source.url, input_format=source.input_format, columns=plan.columns,
+            block_edges=plan.options.block_edges, delimiter=plan.options.delimiter,
+            skip_rows=plan.options.skip_rows, storage_options=plan.storage_options)
+        for block, lhs_names, rhs_names in read_ahead(_hashed_blocks(blocks, salt)):
             if relations is not None:
                 rel = _found_relations(block, relations)
             else:
                 rel = _declared_relations(block, known_relations, source.url)
-            lhs = entities.encode(block.lhs, plan.side_kinds("lhs", rel))
-            rhs = entities.encode(block.rhs, plan.side_kinds("rhs", rel))
+            lhs = entities.encode(lhs_names, plan.side_kinds("lhs", rel))
+            rhs = entities.encode(rhs_names, plan.side_kinds("rhs", rel))
             spill.append(index, EdgeIds(rel, lhs, rhs))
             first_line.add(block, lhs, rhs, rel if relations is not None else None)
             count += len(block)
@@ -74,6 +76,14 @@ def read_names(plan: ImportPlan, spill: EdgeIdSpill, task: Task, salt: int = 0,
     entities.stop_lookups()
     pa.default_memory_pool().release_unused()  # Arrow keeps freed parse buffers otherwise
     return NameTables(entities, relations, edges_read, known)
+
+
+def _hashed_blocks(blocks: Iterator[EdgeBlock],
+                   salt: int) -> Iterator[tuple[EdgeBlock, HashedNames, HashedNames]]:
+    """Each block with its two name columns hashed: run ahead, this overlaps the hashing of
+    the next block with the dictionary lookups of the current one."""
+    for block in blocks:
+        yield block, HashedNames.of(block.lhs, salt), HashedNames.of(block.rhs, salt)
 
 
 def _warn_of_header(plan: ImportPlan, source: InputPlan, first_line: FirstLineCheck,

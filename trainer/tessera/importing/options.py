@@ -25,9 +25,10 @@ class ImportOptions:
     seed: int = 0
     entity_min_count: int = 1  # entities seen fewer times are dropped, with their edges
     relation_type_min_count: int = 1  # with dynamic relations, rarer relation types likewise
-    # Edges read and processed at a time: memory grows with it. 2^19 imports as fast as 2^20
-    # and needs far less memory (10M edges, 1M nodes: ~410 MB peak instead of ~670 MB).
-    block_edges: int = 1 << 19
+    # Edges read and processed at a time: memory grows with it, and with the blocks in flight
+    # (one encoded, one read and hashed ahead, one waiting). 2^18 imports as fast as 2^19 and
+    # needs less memory (10M edges, 1M nodes: ~390 MB peak instead of ~540 MB).
+    block_edges: int = 1 << 18
     # False: a dictionary already in entity_path is extended (known ids kept); True: it is
     # replaced by a new one built from the inputs alone.
     replace_dictionary: bool = False

@@ -18,7 +18,6 @@ import pyarrow.csv as pa_csv
 
 from ..errors import FormatError
 from .edge_blocks import Columns, EdgeBlock
-from .read_ahead import read_ahead
 
 # A chunk holds about `block_edges` lines, estimated from the first bytes of the file, within
 # these bounds (a line longer than a chunk makes that chunk grow until the line ends).
@@ -76,8 +75,8 @@ class DelimitedText:
         first_row = 0
         parsed = ((chunk, self._parse(chunk))
                   for chunk in line_chunks(file, block_edges, skip_rows))
-        for chunk, table in read_ahead(parsed):
-            chosen = {index: table.column(f"f{index}").combine_chunks()
+        for chunk, table in parsed:
+            chosen = {index: _one_array(table.column(f"f{index}"))
                       for index in self.columns.needed}
             fraction = min(chunk.end_offset / size, 1.0) if size else None
             for start in range(0, table.num_rows, block_edges):
@@ -102,7 +101,8 @@ class DelimitedText:
             return "error"
 
         try:
-            # Serial parsing (the read-ahead thread overlaps it with other work) numbers rows.
+            # Serial parsing numbers rows; the importer overlaps it with its own work by
+            # reading blocks ahead in a thread of their own.
             return pa_csv.read_csv(
                 pa.BufferReader(chunk.data),
                 read_options=pa_csv.ReadOptions(column_names=self.column_names,
@@ -137,6 +137,11 @@ class DelimitedText:
         return FormatError(self.url, f"{where}: found {row.actual_columns} columns, but the "
                                      f"first line has {row.expected_columns}; every line must "
                                      "have the same number of columns")
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array; a chunk is used as it is (`combine_chunks` would copy it)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def line_chunks(file: IO[bytes], block_edges: int, skip_rows: int = 0) -> Iterator[LineChunk]:
