@@ -1,17 +1,19 @@
 """Training a grown graph from a checkpoint of the smaller one (`init_path`): known rows and
-relation types start from it, new ones as a fresh run starts them; mismatches are refused."""
+relation types start from it, new ones as a fresh run starts them; mismatches are refused;
+`init_old_edge_fraction` says which edges between known entities train."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tessera.config import parse_config
+from tessera.config import ConfigSchema, parse_config
 from tessera.data.graph_data import GraphData
 from tessera.errors import FormatError
 from tessera.importing import ImportOptions, import_edges
@@ -19,10 +21,14 @@ from tessera.model.embedding_model import EmbeddingModel
 from tessera.model.model_io import INIT_PATH, load_model
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.entities import read_entity_names
 from tessera.storage.fs import Directory
+from tessera.training.bucket_trainer import read_training_edges
 from tessera.training.coordinator import train
 from tessera.training.optimizers import make_model_optimizer
 from tessera.training.partitions import PartitionLoader
+from tessera.training.schedule import TrainingStep
+from tessera.vocabulary import Bucket
 
 QUIET = Reporter("quiet")
 RELATION_COLUMN = ImportOptions(rel_col=1, rhs_col=2)
@@ -148,3 +154,97 @@ def test_an_entity_folder_that_does_not_extend_the_checkpoints_is_refused(grown_
                                           r"partition is 'n\d+' now .*entity_path does not "
                                           r"extend the dictionary init_path was trained on"):
         train(elsewhere, QUIET)
+
+
+# init_old_edge_fraction: which edges between known entities train each epoch.
+
+OLD_EDGES = 1000
+# Ten known nodes gain edges to twenty new ones; the other known nodes gain none.
+NEW_ROWS = [f"n{i % 10}\ta\tm{(i * 7) % 20}\n" for i in range(200)]
+
+
+@pytest.fixture(params=["local", "s3"])
+def replay_graph(request, tmp_path: Path) -> tuple[ConfigSchema, ConfigSchema]:
+    """100 nodes trained into root/first; then the same edges plus NEW_ROWS imported into the
+    same entity folder, to train from that checkpoint (no edge held out, no uniform negatives,
+    so only the entities of trained edges move)."""
+    if request.param == "local":
+        root, options = str(tmp_path / "out"), {}
+    else:
+        location = request.getfixturevalue("s3_dir")
+        root, options = location.url, location.storage_options
+    old_rows = graph_rows(100, ["a", "b"], OLD_EDGES, 0)
+    old = config_dict(root, options, "old", checkpoint_path=f"{root}/first")
+    import_edges(parse_config(old), [write_rows(tmp_path / "old.tsv", old_rows)],
+                 RELATION_COLUMN, QUIET)
+    train(parse_config(old), QUIET)
+    grown = config_dict(root, options, "grown", init_path=f"{root}/first", eval_fraction=0,
+                        num_uniform_negs=0, num_epochs=2)
+    import_edges(parse_config(grown), [write_rows(tmp_path / "grown.tsv", old_rows + NEW_ROWS)],
+                 RELATION_COLUMN, QUIET)
+    return parse_config(old), parse_config(grown)
+
+
+def edges_per_epoch(config: ConfigSchema) -> list[int]:
+    store = CheckpointStore(Directory(config.checkpoint_path, config.storage_options))
+    counts: Counter[int] = Counter()
+    for record in store.read_stats():
+        counts[record["epoch_idx"]] += record["stats"]["count"]
+    return [counts[epoch] for epoch in range(config.num_epochs)]
+
+
+def test_fraction_0_trains_only_the_edges_that_touch_a_new_entity(replay_graph):
+    old, grown = replay_graph
+    run = dataclasses.replace(grown, init_old_edge_fraction=0.0)
+    train(run, QUIET)
+    assert edges_per_epoch(run) == [len(NEW_ROWS)] * 2
+    first = CheckpointStore(Directory(old.checkpoint_path, old.storage_options))
+    store = CheckpointStore(Directory(run.checkpoint_path, run.storage_options))
+    entities = Directory(run.entity_path, run.storage_options)
+    touched = {f"n{i}" for i in range(10)}
+    unchanged = changed = 0
+    for part in range(2):
+        trained = torch.from_numpy(first.read_embeddings("node", part)[0])
+        now = torch.from_numpy(store.read_embeddings("node", part)[0])
+        names = read_entity_names(entities, "node", part)
+        for offset in range(len(trained)):
+            if names[offset] in touched:
+                changed += not torch.equal(now[offset], trained[offset])
+            else:  # a known node with no edge to a new one: its old edges did not train
+                assert torch.equal(now[offset], trained[offset]), names[offset]
+                unchanged += 1
+    assert changed == len(touched) and unchanged >= 80
+
+
+def test_fraction_1_trains_every_edge_as_pbg_does(replay_graph):
+    _, grown = replay_graph
+    run = dataclasses.replace(grown, init_old_edge_fraction=1.0)
+    train(run, QUIET)
+    assert edges_per_epoch(run) == [OLD_EDGES + len(NEW_ROWS)] * 2
+
+
+def test_a_share_of_the_old_edges_is_drawn_anew_each_epoch(replay_graph):
+    _, grown = replay_graph
+    run = dataclasses.replace(grown, init_old_edge_fraction=0.5, num_epochs=3)
+    train(run, QUIET)
+    for count in edges_per_epoch(run):  # binomial(1000, 0.5): sd 16
+        assert abs(count - len(NEW_ROWS) - OLD_EDGES / 2) < 80
+    data = GraphData(run)
+
+    def drawn(epoch: int) -> set[tuple[int, int, int]]:
+        step = TrainingStep(epoch, 0, 0, Bucket(0, 0))
+        [edges], held_out = read_training_edges(run, data, step, 1, 1)
+        assert len(held_out) == 0
+        return set(zip(edges.rel.tolist(), edges.lhs.ids.tolist(), edges.rhs.ids.tolist()))
+
+    assert drawn(0) == drawn(0) and drawn(0) != drawn(1)
+
+
+def test_nothing_grown_trains_every_edge(replay_graph):
+    _, grown = replay_graph
+    train(grown, QUIET)
+    again = dataclasses.replace(grown, init_path=grown.checkpoint_path,
+                                checkpoint_path=f"{grown.checkpoint_path}-again",
+                                init_old_edge_fraction=0.0)
+    train(again, QUIET)
+    assert edges_per_epoch(again) == [OLD_EDGES + len(NEW_ROWS)] * 2

@@ -95,6 +95,11 @@ class ConfigSchema:
     checkpoint_path: str = option(help="Directory (path or URL) where checkpoints are written.")
     init_path: str | None = option(
         None, help="Checkpoint directory to initialise the embeddings and the model from.")
+    init_old_edge_fraction: float = option(
+        1.0, help="Tessera only: with an init_path checkpoint of a smaller graph, the share of "
+        "the edges between entities it already has that trains in each epoch (drawn anew "
+        "each epoch from `seed`); 1 trains all edges, as PBG does, 0 only the edges that "
+        "touch a new entity.", minimum=0, maximum=1)
     checkpoint_preservation_interval: int | None = option(
         None, help="Keep a copy of the checkpoint every this many epochs (others are deleted).",
         minimum=1)

@@ -15,6 +15,7 @@ import torch
 from ..config import ConfigSchema
 from ..edgelist import EdgeList, EntityList
 from ..errors import ConfigError, FormatError
+from ..storage.checkpoint import CheckpointStore
 from ..storage.edges import bucket_file, read_bucket, read_bucket_size
 from ..storage.entities import read_dynamic_relation_count, read_entity_counts
 from ..storage.fs import Directory
@@ -38,6 +39,21 @@ class GraphData:
     @cached_property
     def entity_counts(self) -> dict[str, list[int]]:
         return read_entity_counts(self.entity_dir, self.config)
+
+    @cached_property
+    def known_rows(self) -> dict[PartitionKey, int] | None:
+        """Rows per partition that the `init_path` checkpoint holds (entities it was trained
+        on); None without init_path, or when no partition has grown since."""
+        init = CheckpointStore.init_from_config(self.config)
+        if init is None:
+            return None
+        version = init.current_version()
+        rows = {(entity, part): init.embeddings_rows(entity, part, version)
+                for entity, counts in self.entity_counts.items()
+                for part in range(len(counts))}
+        grown = any(rows[(entity, part)] < count for entity, counts in self.entity_counts.items()
+                    for part, count in enumerate(counts))
+        return rows if grown else None
 
     @cached_property
     def num_relations(self) -> int:

@@ -14,7 +14,7 @@ import torch
 from ..config import ConfigSchema
 from ..data.batching import shuffle_edges, split_among_workers, split_holdout
 from ..data.graph_data import GraphData
-from ..edgelist import EdgeList
+from ..edgelist import EdgeList, EntityList
 from ..evaluation.sampled import rank_against_sampled
 from ..model import EmbeddingModel
 from ..seeding import stable_seed
@@ -113,9 +113,34 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
     """
     edges = data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx, num_chunks)
     train_edges, eval_edges = split_holdout(edges, config.eval_fraction, chunk_identity(step))
+    train_edges = sample_old_edges(config, data, step, train_edges)
     generator = torch.Generator().manual_seed(chunk_seed(step, config.seed))
     shuffled = shuffle_edges(train_edges, generator)
     return split_among_workers(shuffled, num_parts), eval_edges
+
+
+def sample_old_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
+                     edges: EdgeList) -> EdgeList:
+    """The edges that train this epoch: all that touch an entity new since `init_path`, and
+    `init_old_edge_fraction` of those between known entities, drawn anew each epoch (so a
+    run can replay part of the old graph while the new entities learn)."""
+    known = data.known_rows if config.init_old_edge_fraction < 1 else None
+    if known is None or len(edges) == 0:
+        return edges
+    lhs_keys, rhs_keys = data.partition_keys(step.bucket)
+    old = (_known_side(edges.lhs, edges.rel, [known[key] for key in lhs_keys])
+           & _known_side(edges.rhs, edges.rel, [known[key] for key in rhs_keys]))
+    generator = torch.Generator().manual_seed(stable_seed((chunk_seed(step, config.seed), 1)))
+    replayed = torch.rand(len(edges), generator=generator) < config.init_old_edge_fraction
+    return edges[torch.nonzero(~old | replayed).flatten()]
+
+
+def _known_side(side: EntityList, rel: torch.Tensor, known_rows: list[int]) -> torch.Tensor:
+    """Which edges have a known entity on this side (`known_rows`: per relation type). A
+    featurized side counts as known: its rows are features, not entities."""
+    if side.is_featurized:
+        return torch.ones(len(side), dtype=torch.bool)
+    return side.ids < torch.tensor(known_rows, dtype=torch.long)[rel]
 
 
 def evaluate_held_out(config: ConfigSchema, model: EmbeddingModel, edges: EdgeList,
