@@ -58,7 +58,8 @@ def with_changes(**changes: typing.Any) -> dict[str, typing.Any]:
 def test_every_pbg_key_with_pbg_default() -> None:
     fields = {f.name: f for f in dataclasses.fields(ConfigSchema)}
     assert set(PBG_DEFAULTS) <= set(fields)
-    assert set(fields) - set(PBG_DEFAULTS) == {"storage_options", "storage_retry_timeout", "seed"}
+    assert set(fields) - set(PBG_DEFAULTS) == {"storage_options", "storage_retry_timeout", "seed",
+                                                  "init_old_edge_fraction"}
     config = parse_config(MINIMAL)
     for key, default in PBG_DEFAULTS.items():
         if default is not None or fields[key].default is None:
