@@ -106,7 +106,6 @@ def test_minimal_config_parses_into_typed_objects() -> None:
             {"name": "b", "lhs": "user", "rhs": "item"}]}, "relations", "exactly one"),
         ({"disable_lhs_negs": True, "disable_rhs_negs": True}, "disable_rhs_negs", "both"),
         ({"half_precision": True}, "half_precision", "GPU"),
-        ({"init_old_edge_fraction": 0.5}, "init_old_edge_fraction", "set init_path"),
         ({"init_old_edge_fraction": 1.5, "init_path": "first"}, "init_old_edge_fraction",
          "at most 1"),
     ],

@@ -248,3 +248,12 @@ def test_nothing_grown_trains_every_edge(replay_graph):
                                 init_old_edge_fraction=0.0)
     train(again, QUIET)
     assert edges_per_epoch(again) == [OLD_EDGES + len(NEW_ROWS)] * 2
+
+
+def test_without_init_path_every_edge_trains(replay_graph):
+    # An EmbeddingJob sets the share once: its first generation has nothing old, and the
+    # operator's retraining generations add init_path.
+    _, grown = replay_graph
+    fresh = dataclasses.replace(grown, init_path=None, init_old_edge_fraction=0.0)
+    train(fresh, QUIET)
+    assert edges_per_epoch(fresh) == [OLD_EDGES + len(NEW_ROWS)] * 2

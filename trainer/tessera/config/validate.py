@@ -156,7 +156,4 @@ def check_consistency(config: ConfigSchema) -> None:
                           "> 0 or half_precision: false")
     if config.eval_fraction >= 1:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
-    if config.init_old_edge_fraction != 1 and not config.init_path:
-        raise ConfigError("init_old_edge_fraction", "only applies when training from an "
-                          "init_path checkpoint of a smaller graph; set init_path or drop the key")
     check_transport_keys(config)
