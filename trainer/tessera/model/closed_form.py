@@ -101,8 +101,7 @@ class SideLayout:
     @classmethod
     def of(cls, chunking: Chunking, entities: EntityList, negatives: SideNegatives
            ) -> SideLayout:
-        padding = int(entities.ids[0])
-        rows = chunking.chunk(entities.ids, padding)
+        rows = chunking.chunk(entities.ids, entities.ids[:1])  # padding: a real row
         keys = chunking.chunk(negatives.positive_keys(entities.ids, chunking.num_edges,
                                                         entities.ids.device),
                               PADDING)

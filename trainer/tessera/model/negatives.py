@@ -46,11 +46,15 @@ class Chunking:
         """Whether the last chunk is shorter than the others, so `chunk` pads it."""
         return self.num_edges % self.chunk_size != 0
 
-    def chunk(self, values: torch.Tensor, padding_value: float = 0) -> torch.Tensor:
-        """[N, ...] -> [num_chunks, chunk_size, ...], padded at the end of the last chunk."""
+    def chunk(self, values: torch.Tensor,
+              padding_value: float | torch.Tensor = 0) -> torch.Tensor:
+        """[N, ...] -> [num_chunks, chunk_size, ...], padded at the end of the last chunk
+        (a tensor `padding_value` is repeated where it is, never read on the host)."""
         missing = self.num_chunks * self.chunk_size - self.num_edges
         if missing:
-            padding = values.new_full((missing, *values.shape[1:]), padding_value)
+            shape = (missing, *values.shape[1:])
+            padding = padding_value.expand(shape) if isinstance(padding_value, torch.Tensor) \
+                else values.new_full(shape, padding_value)
             values = torch.cat([values, padding])
         return values.view(self.num_chunks, self.chunk_size, *values.shape[1:])
 
