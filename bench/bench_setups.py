@@ -45,6 +45,8 @@ from bench_train import (  # noqa: E402
 )
 from synthetic_graph import GraphSpec, ensure_graph  # noqa: E402
 
+import tessera  # noqa: E402, F401  (before torch: the limit is measured with MKL's best code)
+
 RELATION_KEYS = ("operator", "all_negs")  # setup keys that belong to the relation
 SETUPS: dict[str, dict[str, Any]] = {
     "default": {},

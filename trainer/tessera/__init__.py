@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .querying.trained import TrainedModel
 
+from . import mkl_dispatch  # noqa: F401  (before anything imports torch)
+
 __version__ = "0.1.0"
 
 

@@ -407,6 +407,13 @@ static PyObject *dense_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* MKL asks this function whether the CPU is Intel's and, where it says no, runs its
+ * generic (AVX2 at most) code on any CPU, AVX-512 included: half the matrix-product speed of
+ * an AVX-512 CPU of another vendor. `tessera.mkl_dispatch` loads this file into the global
+ * symbol scope before torch, so that MKL finds this answer first and picks its code by the
+ * CPU's features alone, as it does on Intel's CPUs. */
+__attribute__((visibility("default"))) int mkl_serv_intel_cpu_true(void) { return 1; }
+
 /* BLAS's single-precision matrix product (Fortran interface, column-major), found at run
  * time in the library torch itself uses (`use_matrix_product`); NULL until then. */
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
