@@ -19,6 +19,9 @@ import statistics
 import time
 from collections.abc import Callable
 
+import tessera  # noqa: F401  (before torch: MKL's best code, as in the CLI)
+
+# isort: split
 import torch
 
 from tessera import kernels

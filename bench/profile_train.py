@@ -20,6 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+import tessera  # noqa: F401  (before torch: MKL's best code, as in the CLI)
+
+# isort: split
 import torch
 
 from tessera.config import parse_config
