@@ -188,3 +188,28 @@ def test_a_closed_reader_ends_the_output_quietly() -> None:
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == 128 + signal.SIGPIPE
     assert stderr == ""
+
+
+def test_the_command_ends_like_a_normal_exit_without_the_teardown(tmp_path: Path) -> None:
+    """`run` waits for other threads, runs exit handlers and flushes output, as a normal exit
+    does, then skips the interpreter's teardown (objects still alive are not finalised)."""
+    script = tmp_path / "command.py"
+    script.write_text(
+        "import atexit, sys, threading, time\n"
+        "from tessera import cli\n"
+        "class Alive:\n"
+        "    def __del__(self):\n"
+        "        print('torn down', flush=True)\n"
+        "alive = Alive()\n"
+        "atexit.register(lambda: print('exit handler ran'))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread finished'))).start()\n"
+        "sys.stdout.write('unflushed output')\n"
+        "sys.argv = ['tessera', 'config', 'check', sys.argv[1]]\n"
+        "cli.run()\n")
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "missing.json")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 65  # main's code for a missing config
+    assert "missing.json" in result.stderr
+    assert "unflushed output" in result.stdout
+    assert "thread finished" in result.stdout and "exit handler ran" in result.stdout
+    assert "torn down" not in result.stdout

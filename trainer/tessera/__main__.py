@@ -1,7 +1,5 @@
 """`python -m tessera`: the same as the `tessera` command."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -8,12 +8,15 @@ stay fast.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import ConfigError, TesseraError
 from .progress import Reporter, report_logs
@@ -39,6 +42,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except StdoutClosed:
         return EXIT_BROKEN_PIPE
+
+
+def run() -> NoReturn:
+    """The `tessera` command: `main`, then the end of a normal exit (other threads waited
+    for, exit handlers run, output flushed) without taking the interpreter apart: torch's
+    modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed reader, a closed stream
+            stream.flush()
+    os._exit(code)
 
 
 class StdoutClosed(Exception):
