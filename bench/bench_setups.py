@@ -15,6 +15,10 @@ an unknown key there): that row has Tessera's figures only.
 
     python bench/bench_setups.py --pbg-python /tmp/pbg-venv/bin/python --repeats 3
     python bench/bench_setups.py --setups fb15k --edges 20000 --repeats 1   # a quick check
+
+Tessera lets MKL pick its code by the CPU's features (`tessera.mkl_dispatch`); PBG runs as
+shipped, or with the same answer preloaded under `--pbg-mkl-any-cpu`, to show how much of a
+lead is MKL's.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from bench_train import (  # noqa: E402
 )
 from synthetic_graph import GraphSpec, ensure_graph  # noqa: E402
 
-import tessera  # noqa: E402, F401  (before torch: the limit is measured with MKL's best code)
+import tessera.mkl_dispatch  # noqa: E402  (before torch: the limit is measured with MKL's best code)
 
 RELATION_KEYS = ("operator", "all_negs")  # setup keys that belong to the relation
 SETUPS: dict[str, dict[str, Any]] = {
@@ -235,6 +239,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--setups", nargs="+", choices=sorted(SETUPS), default=list(SETUPS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pbg-python", help="Python of an environment with torchbiggraph")
+    parser.add_argument("--pbg-mkl-any-cpu", action="store_true",
+                        help="train PBG with MKL choosing its code by the CPU's features, "
+                             "as Tessera does (TESSERA_MKL_ANY_CPU)")
     parser.add_argument("--eval-negatives", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -244,7 +251,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     systems: list[System] = [Tessera()]
     if args.pbg_python:
-        systems.append(PyTorchBigGraph(args.pbg_python))
+        # Tessera's kernels library answers MKL's vendor check (`tessera.mkl_dispatch`).
+        preload = tessera.mkl_dispatch.library() if args.pbg_mkl_any_cpu else None
+        systems.append(PyTorchBigGraph(args.pbg_python, preload))
     spec = GraphSpec(args.edges, args.nodes, seed=args.seed)
     graph = ensure_graph(spec, OUTPUT / "graphs")
     held_out = HeldOutSet.build(graph, args.eval_negatives, chunk=1000, seed=args.seed)

@@ -113,8 +113,9 @@ class PyTorchBigGraph:
     # One line per trained bucket: "bucket 1 / 4 : Processed 500000 edges in 2.61 s ..."
     BUCKET_LINE = re.compile(r"Processed (\d+) edges in ([0-9.]+) s")
 
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, preload: str | None = None) -> None:
         self.bin = Path(python).parent  # not resolved: a venv's python is a symlink
+        self.preload = preload  # a library for LD_PRELOAD when training (None: none)
 
     def write_config(self, folder: Path, config: dict[str, Any]) -> Path:
         return write_python_config(folder / "config.py", config)
@@ -124,7 +125,8 @@ class PyTorchBigGraph:
                 "--rhs-col", "1", str(config), str(tsv)]
 
     def train_command(self, config: Path) -> list[str]:
-        return [str(self.bin / "torchbiggraph_train"), str(config)]
+        preload = ["env", f"LD_PRELOAD={self.preload}"] if self.preload else []
+        return [*preload, str(self.bin / "torchbiggraph_train"), str(config)]
 
     def loop_rate(self, log: str, folder: Path) -> float | None:
         """Edges over the compute time of all buckets (PBG's own per-bucket timing)."""

@@ -16,15 +16,21 @@ import os
 import sys
 
 
+def library() -> str | None:
+    """The path of the kernels' library (None where it was not built)."""
+    spec = importlib.util.find_spec("tessera._kernels")
+    return None if spec is None else spec.origin
+
+
 def allow_any_cpu() -> bool:
     """Load the kernels' library globally, ahead of torch; whether it was."""
     if os.environ.get("TESSERA_MKL_ANY_CPU", "1") == "0" or "torch" in sys.modules:
         return False
-    spec = importlib.util.find_spec("tessera._kernels")
-    if spec is None or spec.origin is None:  # built without a C compiler
+    path = library()
+    if path is None:  # built without a C compiler
         return False
     try:
-        ctypes.CDLL(spec.origin, mode=os.RTLD_GLOBAL)
+        ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
     except OSError:
         return False
     return True
