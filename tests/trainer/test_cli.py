@@ -203,6 +203,8 @@ def test_the_command_ends_like_a_normal_exit_without_the_teardown(tmp_path: Path
         "alive = Alive()\n"
         "atexit.register(lambda: print('exit handler ran'))\n"
         "threading.Thread(target=lambda: (time.sleep(0.3), print('thread finished'))).start()\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "ThreadPoolExecutor(1).submit(print, 'pool task ran')  # its idle worker must stop\n"
         "sys.stdout.write('unflushed output')\n"
         "sys.argv = ['tessera', 'config', 'check', sys.argv[1]]\n"
         "cli.run()\n")
@@ -212,4 +214,5 @@ def test_the_command_ends_like_a_normal_exit_without_the_teardown(tmp_path: Path
     assert "missing.json" in result.stderr
     assert "unflushed output" in result.stdout
     assert "thread finished" in result.stdout and "exit handler ran" in result.stdout
+    assert "pool task ran" in result.stdout
     assert "torn down" not in result.stdout
