@@ -78,7 +78,7 @@ def test_many_small_appends_are_gathered_into_few_writes(local_dir, monkeypatch)
     original_write = edges_module._AppendableDataset._write
 
     def counting_write(self, values):
-        writes.append((self.dataset.name, len(values)))
+        writes.append((f"/{self.name}", len(values)))
         original_write(self, values)
 
     monkeypatch.setattr(edges_module._AppendableDataset, "_write", counting_write)
@@ -106,20 +106,33 @@ def test_the_writer_copies_what_the_caller_may_reuse(local_dir):
     np.testing.assert_array_equal(read_bucket(local_dir, 0, 0).lhs, [1, 2, 3, 0, 0, 0])
 
 
-def test_writer_files_are_exactly_pbgs_layout_when_opened_with_h5py_alone(tmp_path):
+@pytest.mark.parametrize("num_edges", [100, CHUNK_ROWS + 100])
+def test_writer_files_are_exactly_pbgs_layout_when_opened_with_h5py_alone(tmp_path, num_edges):
     directory = fs_module.Directory(str(tmp_path))
-    rel, lhs, rhs = random_edges(100)
+    rel, lhs, rhs = random_edges(num_edges)
     with open_bucket_writer(directory, 2, 3) as writer:
-        writer.append(rel, lhs, rhs)
+        for start in range(0, num_edges, 1000):
+            writer.append(rel[start:start + 1000], lhs[start:start + 1000],
+                          rhs[start:start + 1000])
 
     with h5py.File(tmp_path / "edges_2_3.h5", "r") as file:
         assert sorted(file.keys()) == ["lhs", "rel", "rhs"]
         assert dict(file.attrs) == {"format_version": 1}
         for key, expected in (("rel", rel), ("lhs", lhs), ("rhs", rhs)):
             dataset = file[key]
-            assert dataset.dtype == np.int64 and dataset.shape == (100,)
-            assert dataset.maxshape == (None,) and dataset.chunks == (CHUNK_ROWS,)
+            assert dataset.dtype == np.int64 and dataset.shape == (num_edges,)
+            # Less than a chunk: written at its exact size; more: in chunks, as it grew.
+            assert dataset.chunks == (None if num_edges < CHUNK_ROWS else (CHUNK_ROWS,))
             np.testing.assert_array_equal(dataset[...], expected)
+
+
+def test_a_small_bucket_takes_the_disk_its_edges_need(tmp_path):
+    """A chunked dataset takes a whole chunk (512 KiB) however few rows it holds: a graph
+    with many buckets and a few edges in each (a held-out set) took 1.5 MB per bucket."""
+    directory = fs_module.Directory(str(tmp_path))
+    write_bucket(directory, 0, 0, *random_edges(10))
+    assert (tmp_path / "edges_0_0.h5").stat().st_size < 16 * 1024
+    assert len(read_bucket(directory, 0, 0)) == 10
 
 
 def test_featurized_sides_use_pbgs_ragged_datasets(local_dir, tmp_path):
@@ -167,13 +180,13 @@ def test_a_failure_inside_the_writer_publishes_nothing(directory):
 
 
 def test_a_failure_while_flushing_publishes_nothing(local_dir, monkeypatch):
-    def failing_flush(self):
+    def failing_close(self):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"), \
             open_bucket_writer(local_dir, 0, 0) as writer:
         writer.append(*random_edges(10))
-        monkeypatch.setattr(edges_module._AppendableDataset, "flush", failing_flush)
+        monkeypatch.setattr(edges_module._AppendableDataset, "close", failing_close)
     assert local_dir.listdir() == []
 
 
