@@ -14,8 +14,8 @@ the state on disk outweighs the training's peak.
 
 Everything is written under bench/output/huge/ (the input is deleted once imported) and
 deleted at the end unless `--keep`; the fixed-cost run reuses bench_train.py's small graph
-and run folder under bench/output/. The full size needs about 25 GB of disk at its peak (the
-buckets and one checkpoint) and a few GB of memory for the import's dictionary.
+and run folder under bench/output/. The full size needs about 15 GB of disk at its peak (the
+buckets and one checkpoint) and 3.6 GB of memory for the import's dictionary.
 """
 
 from __future__ import annotations
