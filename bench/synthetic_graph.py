@@ -80,30 +80,52 @@ def ensure_graph(spec: GraphSpec, root: Path) -> GraphFiles:
 def sample_edges(spec: GraphSpec, count: int,
                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """`count` edges without self-loops, as (source ids, target ids)."""
-    weights = rng.permutation(np.arange(1, spec.nodes + 1) ** (-1.0 / (spec.gamma - 1.0)))
-    num_communities = max(1, spec.nodes // spec.nodes_per_community)
-    community = rng.integers(num_communities, size=spec.nodes)
-    # Nodes sorted by community make every community a contiguous slice of one cumulative
-    # weight array, so sampling inside a community is one vectorised searchsorted.
-    by_community = np.argsort(community, kind="stable")
-    cumulative = np.cumsum(weights[by_community])
-    ends = cumulative[np.searchsorted(community[by_community], np.arange(num_communities),
-                                      side="right") - 1]
-    starts = np.concatenate([[0.0], ends[:-1]])
-    lhs_parts, rhs_parts, found = [], [], 0
-    while found < count:
-        wanted = int((count - found) * 1.05) + 16  # a few spare edges for the self-loops
-        source = _draw(cumulative, np.zeros(wanted), np.full(wanted, cumulative[-1]), rng)
-        intra = rng.random(wanted) < spec.intra_community
-        own = community[by_community[source]]
-        low = np.where(intra, starts[own], 0.0)
-        high = np.where(intra, ends[own], cumulative[-1])
-        target = _draw(cumulative, low, high, rng)
-        keep = source != target
-        lhs_parts.append(by_community[source[keep]])
-        rhs_parts.append(by_community[target[keep]])
-        found += int(keep.sum())
-    return np.concatenate(lhs_parts)[:count], np.concatenate(rhs_parts)[:count]
+    return EdgeSampler.of(spec, rng).draw(count, rng)
+
+
+@dataclass(frozen=True)
+class EdgeSampler:
+    """The graph's node weights and communities, from which edges are drawn block by block
+    (a graph too large to draw at once is drawn a block at a time from one sampler)."""
+
+    community: np.ndarray  # of each node
+    by_community: np.ndarray  # node ids sorted by community
+    cumulative: np.ndarray  # cumulative weights in that order
+    starts: np.ndarray  # each community's weight range in `cumulative`: (start, end]
+    ends: np.ndarray
+    intra_community: float  # share of targets drawn from the source's own community
+
+    @classmethod
+    def of(cls, spec: GraphSpec, rng: np.random.Generator) -> EdgeSampler:
+        weights = rng.permutation(np.arange(1, spec.nodes + 1) ** (-1.0 / (spec.gamma - 1.0)))
+        num_communities = max(1, spec.nodes // spec.nodes_per_community)
+        community = rng.integers(num_communities, size=spec.nodes)
+        # Nodes sorted by community make every community a contiguous slice of one cumulative
+        # weight array, so sampling inside a community is one vectorised searchsorted.
+        by_community = np.argsort(community, kind="stable")
+        cumulative = np.cumsum(weights[by_community])
+        ends = cumulative[np.searchsorted(community[by_community], np.arange(num_communities),
+                                          side="right") - 1]
+        starts = np.concatenate([[0.0], ends[:-1]])
+        return cls(community, by_community, cumulative, starts, ends, spec.intra_community)
+
+    def draw(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """`count` edges without self-loops, as (source ids, target ids)."""
+        cumulative, by_community = self.cumulative, self.by_community
+        lhs_parts, rhs_parts, found = [], [], 0
+        while found < count:
+            wanted = int((count - found) * 1.05) + 16  # a few spare edges for the self-loops
+            source = _draw(cumulative, np.zeros(wanted), np.full(wanted, cumulative[-1]), rng)
+            intra = rng.random(wanted) < self.intra_community
+            own = self.community[by_community[source]]
+            low = np.where(intra, self.starts[own], 0.0)
+            high = np.where(intra, self.ends[own], cumulative[-1])
+            target = _draw(cumulative, low, high, rng)
+            keep = source != target
+            lhs_parts.append(by_community[source[keep]])
+            rhs_parts.append(by_community[target[keep]])
+            found += int(keep.sum())
+        return np.concatenate(lhs_parts)[:count], np.concatenate(rhs_parts)[:count]
 
 
 def _draw(cumulative: np.ndarray, low: np.ndarray, high: np.ndarray,

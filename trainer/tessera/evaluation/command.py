@@ -14,6 +14,7 @@ widely: sampled negatives repeat entities (drawn with replacement) and include t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,14 +69,15 @@ def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version:
          task: Any) -> RankingMetrics:
     model = _load_model(config, data, store, version)
     metrics = RankingMetrics()
+    tables: dict[tuple[str, int], torch.Tensor] = {}
     for edge_path_idx in range(len(config.edge_paths)):
         for bucket in data.bucket_grid():
             edges = data.read_edges(edge_path_idx, bucket)
             if len(edges) == 0:
                 continue
             lhs_keys, rhs_keys = data.partition_keys(bucket)
-            tables = {key: _read_partition(config, data, store, version, key)
-                      for key in set(lhs_keys) | set(rhs_keys)}
+            _hold_partitions(tables, set(lhs_keys) | set(rhs_keys),
+                             lambda key: _read_partition(config, data, store, version, key))
             metrics.merge(rank_against_sampled(
                 model, edges, _tables_of(tables, lhs_keys, rhs_keys),
                 batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
@@ -83,6 +85,18 @@ def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version:
                 dynamic_relations=config.dynamic_relations))
             task.advance(len(edges))
     return metrics
+
+
+def _hold_partitions(tables: dict[tuple[str, int], torch.Tensor],
+                     wanted: set[tuple[str, int]],
+                     read: Callable[[tuple[str, int]], torch.Tensor]) -> None:
+    """Make `tables` hold exactly the `wanted` partitions. The others are dropped before any
+    is read, so memory follows one bucket's partitions (not the last bucket's as well), and a
+    partition the previous bucket used is kept rather than read again."""
+    for key in [key for key in tables if key not in wanted]:
+        del tables[key]
+    for key in sorted(wanted - tables.keys()):
+        tables[key] = read(key)
 
 
 def _ranked_against(config: ConfigSchema, data: GraphData, filtered: bool,
