@@ -50,7 +50,7 @@ from synthetic_graph import EdgeSampler, GraphSpec  # noqa: E402
 FOLDER = OUTPUT / "huge"
 # Edges drawn and written per Parquet row group: bounds the generator's memory.
 BLOCK_EDGES = 4_000_000
-# The size of issue 17: 20M x 100 float32 embeddings (8 GB with their Adagrad state).
+# The full size: 20M x 100 float32 embeddings (8 GB with their Adagrad state).
 HUGE = GraphSpec(edges=200_000_000, nodes=20_000_000)
 HUGE_PARTITIONS = 32
 # Uniform negatives each held-out edge is ranked against, per side (plus the batch's).
@@ -181,7 +181,7 @@ def run_all(folder: Path, graph: GeneratedInput, partitions: int, lr: float) -> 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The training peak against the state on disk and against the issue's bound."""
+    """The training peak against the state on disk and against its bound (two partitions, one bucket, the fixed cost)."""
 
     ratio: float  # state on disk / peak PSS of training
     bound: int  # bytes: two partitions' tables and Adagrad sums, one bucket, the fixed cost
@@ -229,7 +229,7 @@ def print_table(rows: list[tuple[str, str]]) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--huge", action="store_true",
-                        help="the issue's size whatever the flags below say (their defaults)")
+                        help="the full size (20M nodes, 200M edges) whatever the flags below say (their defaults)")
     parser.add_argument("--nodes", type=int, default=HUGE.nodes)
     parser.add_argument("--edges", type=int, default=HUGE.edges, help="training edges")
     parser.add_argument("--partitions", type=int, default=HUGE_PARTITIONS)
