@@ -181,7 +181,8 @@ def run_all(folder: Path, graph: GeneratedInput, partitions: int, lr: float) -> 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The training peak against the state on disk and against its bound (two partitions, one bucket, the fixed cost)."""
+    """The training peak against the state on disk and against its bound (two
+    partitions, one bucket, the fixed cost)."""
 
     ratio: float  # state on disk / peak PSS of training
     bound: int  # bytes: two partitions' tables and Adagrad sums, one bucket, the fixed cost
@@ -229,7 +230,7 @@ def print_table(rows: list[tuple[str, str]]) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--huge", action="store_true",
-                        help="the full size (20M nodes, 200M edges) whatever the flags below say (their defaults)")
+                        help="the full size (20M nodes, 200M edges), whatever the flags below say")
     parser.add_argument("--nodes", type=int, default=HUGE.nodes)
     parser.add_argument("--edges", type=int, default=HUGE.edges, help="training edges")
     parser.add_argument("--partitions", type=int, default=HUGE_PARTITIONS)
