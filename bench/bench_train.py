@@ -516,9 +516,10 @@ def matmul_gflops(size: int = 2048, repeats: int = 5) -> tuple[float, int]:
     """float32 matrix-product throughput of this machine, as a reference for the rates, and
     the threads torch used (measured as Tessera's trainers run it: `tessera` imported first,
     so that MKL picks its code by the CPU's features)."""
-    import torch
-
     import tessera.mkl_dispatch  # noqa: F401
+
+    # isort: split
+    import torch
 
     a, b = torch.randn(size, size), torch.randn(size, size)
     torch.mm(a, b)  # warm-up
