@@ -48,8 +48,8 @@ def check_committed_checkpoint_is_readable(checkpoints: Path) -> int:
     return version
 
 
-@pytest.mark.slow
-def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
+def planted_training_run(tmp_path: Path) -> tuple[list[str], Path, CheckpointStore]:
+    """The train command of a planted graph's run, its checkpoint folder and store."""
     graph = write_planted_graph(tmp_path, NUM_PARTITIONS, num_entities=NUM_ENTITIES,
                                 num_communities=50, num_edges=40_000)
     config_path = tmp_path / "config.json"
@@ -57,7 +57,12 @@ def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
         dimension=DIMENSION, num_epochs=NUM_EPOCHS, num_edge_chunks=NUM_CHUNKS)))
     command = [sys.executable, "-m", "tessera", "train", str(config_path), "--quiet"]
     checkpoints = Path(graph.config()["checkpoint_path"])
-    store = CheckpointStore(Directory(str(checkpoints)))
+    return command, checkpoints, CheckpointStore(Directory(str(checkpoints)))
+
+
+@pytest.mark.slow
+def test_sigkill_never_leaves_an_unreadable_checkpoint(tmp_path: Path) -> None:
+    command, checkpoints, store = planted_training_run(tmp_path)
     rng = random.Random(1234)
     versions = [0]
     kills_during_writes = 0
@@ -109,14 +114,7 @@ def test_sigkill_while_the_next_bucket_is_read_ahead(tmp_path: Path) -> None:
     """Once a run has committed, every partition it reads is read ahead by the reader thread
     (two partitions: each chunk touches both, so there is nothing to carry over): a kill
     then leaves the committed checkpoint readable, and a restart finishes the run."""
-    graph = write_planted_graph(tmp_path, NUM_PARTITIONS, num_entities=NUM_ENTITIES,
-                                num_communities=50, num_edges=40_000)
-    config_path = tmp_path / "config.json"
-    config_path.write_text(json.dumps(graph.config(
-        dimension=DIMENSION, num_epochs=NUM_EPOCHS, num_edge_chunks=NUM_CHUNKS)))
-    command = [sys.executable, "-m", "tessera", "train", str(config_path), "--quiet"]
-    checkpoints = Path(graph.config()["checkpoint_path"])
-    store = CheckpointStore(Directory(str(checkpoints)))
+    command, checkpoints, store = planted_training_run(tmp_path)
     environment = {**os.environ, "TESSERA_PREFETCH": "1"}
     versions = [0]
     for _ in range(3):
