@@ -538,6 +538,30 @@ static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, in
     return loss;
 }
 
+/* A batch of `chunks` chunks of `size` edges, the first `valid` real, chunk by chunk
+ * (`ranking_chunk`); each side [chunks, size + extra, dim] with int32 keys beside it. Zeroes
+ * and fills both sides' gradient sums; returns the summed violations. */
+static double score_chunks(int chunks, int size, int valid, int lhs_extra, int rhs_extra,
+                           int dim, float margin, float weight, const float *l,
+                           const float *r, float *l_grad, float *r_grad,
+                           const int32_t *l_keys, const int32_t *r_keys, float *scratch,
+                           float *l_grad_sum, float *r_grad_sum) {
+    size_t lhs_width = (size_t)size + lhs_extra, rhs_width = (size_t)size + rhs_extra;
+    double loss = 0.0;
+    memset(l_grad_sum, 0, sizeof(float) * dim);
+    memset(r_grad_sum, 0, sizeof(float) * dim);
+    for (int c = 0; c < chunks; c++) {
+        int rows = valid - c * size;
+        rows = rows < 0 ? 0 : rows > size ? size : rows;
+        size_t l_at = (size_t)c * lhs_width, r_at = (size_t)c * rhs_width;
+        loss += ranking_chunk(size, rows, lhs_extra, rhs_extra, dim, margin, weight,
+                              l + l_at * dim, r + r_at * dim, l_grad + l_at * dim,
+                              r_grad + r_at * dim, l_keys + l_at, r_keys + r_at, scratch,
+                              l_grad_sum, r_grad_sum);
+    }
+    return loss;
+}
+
 /* Copies `count` keys to int32; -1 with a ValueError set if one does not fit. */
 static int narrow_keys(const int64_t *keys, Py_ssize_t count, int32_t *out) {
     for (Py_ssize_t k = 0; k < count; k++) {
@@ -602,23 +626,265 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
     double loss = 0.0;
     Py_BEGIN_ALLOW_THREADS
     int threads = set_blas_threads ? set_blas_threads(1) : 0; /* this thread's setting */
-    memset(lhs.grad_sum, 0, sizeof(float) * dim);
-    memset(rhs.grad_sum, 0, sizeof(float) * dim);
-    for (int c = 0; c < chunks; c++) {
-        int rows = valid - c * size;
-        rows = rows < 0 ? 0 : rows > size ? size : rows;
-        size_t l_at = (size_t)c * lhs_width, r_at = (size_t)c * rhs_width;
-        loss += ranking_chunk(size, rows, lhs_extra, rhs_extra, dim, (float)margin,
-                              (float)weight, lhs.rows + l_at * dim, rhs.rows + r_at * dim,
-                              lhs.grads + l_at * dim, rhs.grads + r_at * dim, keys + l_at,
-                              keys + lhs_count + r_at, scratch, lhs.grad_sum, rhs.grad_sum);
-    }
+    loss = score_chunks(chunks, size, valid, lhs_extra, rhs_extra, dim, (float)margin,
+                        (float)weight, lhs.rows, rhs.rows, lhs.grads, rhs.grads, keys,
+                        keys + lhs_count, scratch, lhs.grad_sum, rhs.grad_sum);
     if (set_blas_threads) set_blas_threads(threads);
     Py_END_ALLOW_THREADS
     result = PyFloat_FromDouble(loss * weight);
 done:
     PyMem_RawFree(scratch);
     PyMem_RawFree(keys);
+    return result;
+}
+
+/* An embedding table of `train_ranking` (mirrored by `tessera.kernels.Table`): its rows
+ * [count, dim], one Adagrad accumulator per row and `slots`, `row_adagrad_step`'s int32
+ * scratch (one per row, all -1). */
+typedef struct {
+    float *rows;
+    float *row_sum;
+    int32_t *slots;
+    Py_ssize_t count;
+} Table;
+
+/* A vector [dim] added to every row of a side (a global embedding, a translation), with its
+ * Adagrad accumulator [dim] and update count (mirrored by `tessera.kernels.Shift`). */
+typedef struct {
+    float *value;
+    float *sum;
+    float *step;
+} Shift;
+
+#define MAX_SHIFTS 3 /* the left and right global embeddings and a translation */
+#define SIDE_SHIFTS 2
+
+/* One side of the edges `train_ranking` trains on (mirrored by `tessera.kernels.LoopSide`):
+ * its entity ids [edges], its uniform negatives (each batch's [chunks, uniform], batch after
+ * batch), its table, and which shifts it adds, in order (-1: none). */
+typedef struct {
+    const int64_t *ids;
+    const int64_t *negatives;
+    Py_ssize_t num_negatives;
+    Table table;
+    Py_ssize_t shifts[SIDE_SHIFTS];
+} LoopSide;
+
+/* The settings of `train_ranking` (mirrored by `tessera.kernels.Loop`). */
+typedef struct {
+    Py_ssize_t edges, batch_size, chunk_size, uniform, dim, num_shifts;
+    double margin, weight, lr, shift_lr, eps;
+    Shift shift[MAX_SHIFTS];
+} Loop;
+
+/* The chunks a batch of `edges` edges is cut into, and their size: `chunk_size` edges, or
+ * all of them when fewer (tessera.model.negatives.plan_chunking). */
+static void batch_chunks(Py_ssize_t edges, Py_ssize_t chunk_size, int *chunks, int *size) {
+    *size = (int)(edges < chunk_size ? edges : chunk_size);
+    *chunks = (int)((edges + *size - 1) / *size);
+}
+
+/* One side's rows of a batch starting at edge `start`, chunk by chunk: the chunk's edges
+ * (padding: the batch's first entity), then its uniform negatives; and their int32 keys:
+ * the edge's position in the batch (padding -1), the negatives `edges` (no edge's). */
+static void side_rows(const LoopSide *side, Py_ssize_t start, int edges, int chunks, int size,
+                      int uniform, const int64_t *negatives, int64_t *rows, int32_t *keys) {
+    int width = size + uniform;
+    for (int c = 0; c < chunks; c++) {
+        int64_t *row = rows + (size_t)c * width;
+        int32_t *key = keys + (size_t)c * width;
+        for (int i = 0; i < size; i++) {
+            int e = c * size + i;
+            row[i] = side->ids[start + (e < edges ? e : 0)];
+            key[i] = e < edges ? e : -1;
+        }
+        for (int u = 0; u < uniform; u++) {
+            row[size + u] = negatives[(size_t)c * uniform + u];
+            key[size + u] = edges;
+        }
+    }
+}
+
+/* The sum of a side's shifts (NULL when it has none), as the torch code adds them: the
+ * first plus the others, in order. */
+static const float *side_shift(const Loop *loop, const LoopSide *side, float *out) {
+    if (side->shifts[0] < 0) return NULL;
+    const float *first = loop->shift[side->shifts[0]].value;
+    if (side->shifts[1] < 0) return first;
+    const float *second = loop->shift[side->shifts[1]].value;
+    for (Py_ssize_t d = 0; d < loop->dim; d++) out[d] = first[d] + second[d];
+    return out;
+}
+
+/* Copies table[rows[k]] + shift (NULL: nothing added) to out[k], rows asked for ahead. */
+VECTOR_CLONES
+static void gather_shifted(const float *table, Py_ssize_t dim, const int64_t *rows,
+                           Py_ssize_t count, const float *shift, float *out) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (k + PREFETCH_ROWS < count) PREFETCH_ROW(table + rows[k + PREFETCH_ROWS] * dim, dim, 0);
+        const float *from = table + rows[k] * dim;
+        float *to = out + k * dim;
+        if (shift)
+            for (Py_ssize_t d = 0; d < dim; d++) to[d] = from[d] + shift[d];
+        else
+            memcpy(to, from, sizeof(float) * dim);
+    }
+}
+
+/* Adagrad on each shift from the gradient sums of the sides that add it (left first). */
+static void step_shifts(const Loop *loop, const LoopSide *lhs, const LoopSide *rhs,
+                        const float *l_sum, const float *r_sum, float *grad) {
+    for (Py_ssize_t k = 0; k < loop->num_shifts; k++) {
+        int used = 0;
+        for (int side = 0; side < 2; side++) {
+            const LoopSide *s = side ? rhs : lhs;
+            const float *sum = side ? r_sum : l_sum;
+            if (s->shifts[0] != k && s->shifts[1] != k) continue;
+            for (Py_ssize_t d = 0; d < loop->dim; d++) grad[d] = used ? grad[d] + sum[d] : sum[d];
+            used = 1;
+        }
+        if (used)
+            dense_adagrad_step(loop->shift[k].value, grad, loop->shift[k].sum,
+                               loop->shift[k].step, loop->dim, (float)loop->shift_lr,
+                               (float)loop->eps);
+    }
+}
+
+/* The buffers of `train_ranking`, sized for its largest batch; NULL members if out of
+ * memory. */
+typedef struct {
+    int64_t *rows;   /* both sides' rows of a batch, the left's first */
+    int32_t *keys;   /* their keys */
+    float *embs;     /* their shifted embeddings */
+    float *grads;    /* their gradients */
+    float *scratch;  /* ranking_chunk's */
+    float *vectors;  /* 5 x dim: 2 shift sums, 2 gradient sums, a shift's gradient */
+} LoopBuffers;
+
+static int alloc_loop_buffers(const Loop *loop, LoopBuffers *b) {
+    int chunks, size;
+    batch_chunks(loop->batch_size < loop->edges ? loop->batch_size : loop->edges,
+                 loop->chunk_size, &chunks, &size);
+    size_t slots = 2 * (size_t)chunks * (size + loop->uniform), dim = (size_t)loop->dim;
+    b->rows = PyMem_RawMalloc(sizeof(int64_t) * slots);
+    b->keys = PyMem_RawMalloc(sizeof(int32_t) * slots);
+    b->embs = PyMem_RawMalloc(sizeof(float) * slots * dim);
+    b->grads = PyMem_RawMalloc(sizeof(float) * slots * dim);
+    b->scratch = PyMem_RawMalloc(sizeof(float) * size * (2 * (size_t)loop->uniform + 2 * size + 2));
+    b->vectors = PyMem_RawMalloc(sizeof(float) * 5 * dim);
+    return b->rows && b->keys && b->embs && b->grads && b->scratch && b->vectors ? 0 : -1;
+}
+
+static void free_loop_buffers(LoopBuffers *b) {
+    PyMem_RawFree(b->rows);
+    PyMem_RawFree(b->keys);
+    PyMem_RawFree(b->embs);
+    PyMem_RawFree(b->grads);
+    PyMem_RawFree(b->scratch);
+    PyMem_RawFree(b->vectors);
+}
+
+/* Trains the edges batch after batch: each batch's rows gathered and shifted, scored chunk
+ * by chunk (`ranking_chunk`), then row-wise Adagrad on the rows and Adagrad on the shifts,
+ * before the next batch reads them. Returns the summed loss times the weight. */
+static double ranking_loop(const Loop *loop, const LoopSide *lhs, const LoopSide *rhs,
+                           const LoopBuffers *b) {
+    const Py_ssize_t dim = loop->dim;
+    const int uniform = (int)loop->uniform;
+    const int same_table = lhs->table.rows == rhs->table.rows;
+    float *l_shift = b->vectors, *r_shift = l_shift + dim, *l_sum = r_shift + dim;
+    float *r_sum = l_sum + dim, *shift_grad = r_sum + dim;
+    const int64_t *l_negs = lhs->negatives, *r_negs = rhs->negatives;
+    double total = 0.0;
+    for (Py_ssize_t start = 0; start < loop->edges; start += loop->batch_size) {
+        Py_ssize_t left = loop->edges - start;
+        int edges = (int)(left < loop->batch_size ? left : loop->batch_size), chunks, size;
+        batch_chunks(edges, loop->chunk_size, &chunks, &size);
+        size_t count = (size_t)chunks * (size + uniform); /* one side's rows */
+        side_rows(lhs, start, edges, chunks, size, uniform, l_negs, b->rows, b->keys);
+        side_rows(rhs, start, edges, chunks, size, uniform, r_negs, b->rows + count,
+                  b->keys + count);
+        l_negs += (size_t)chunks * uniform;
+        r_negs += (size_t)chunks * uniform;
+        float *l_embs = b->embs, *r_embs = b->embs + count * dim;
+        float *l_grads = b->grads, *r_grads = b->grads + count * dim;
+        gather_shifted(lhs->table.rows, dim, b->rows, count, side_shift(loop, lhs, l_shift),
+                       l_embs);
+        gather_shifted(rhs->table.rows, dim, b->rows + count, count,
+                       side_shift(loop, rhs, r_shift), r_embs);
+        double loss = score_chunks(chunks, size, edges, uniform, uniform, (int)dim,
+                                   (float)loop->margin, (float)loop->weight, l_embs, r_embs,
+                                   l_grads, r_grads, b->keys, b->keys + count, b->scratch,
+                                   l_sum, r_sum);
+        total += loss * loop->weight;
+        /* One table: one step over both sides' rows, so a row on both gets one update. */
+        for (int side = 0; side < (same_table ? 1 : 2); side++) {
+            const Table *t = side ? &rhs->table : &lhs->table;
+            row_adagrad_step(t->rows, dim, t->row_sum, b->rows + side * count,
+                             same_table ? 2 * count : count, b->grads + side * count * dim,
+                             (float)loop->lr, (float)loop->eps, t->slots);
+        }
+        step_shifts(loop, lhs, rhs, l_sum, r_sum, shift_grad);
+    }
+    return total;
+}
+
+/* -1 with an IndexError set unless every id and negative of a side names a row of its
+ * table, and its negatives are as many as the batches draw. */
+static int check_side(const Loop *loop, const LoopSide *side, const char *name) {
+    Py_ssize_t needed = 0;
+    for (Py_ssize_t start = 0; start < loop->edges; start += loop->batch_size) {
+        Py_ssize_t left = loop->edges - start;
+        int chunks, size;
+        batch_chunks(left < loop->batch_size ? left : loop->batch_size, loop->chunk_size,
+                     &chunks, &size);
+        needed += (Py_ssize_t)chunks * loop->uniform;
+    }
+    if (side->num_negatives != needed) {
+        PyErr_Format(PyExc_ValueError, "%s side: %zd uniform negatives for batches that draw %zd",
+                     name, side->num_negatives, needed);
+        return -1;
+    }
+    if (check_rows(side->ids, loop->edges, side->table.count)) return -1;
+    return check_rows(side->negatives, side->num_negatives, side->table.count);
+}
+
+/* train_ranking(loop, lhs, rhs): PBG's default setup (ranking loss, batch and uniform
+ * negatives on both sides, inner products, shifts at most) over a worker's edges in one call;
+ * the same steps as the batch loop of `tessera.training.worker.train_part`. */
+static PyObject *train_ranking(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (expect_args("train_ranking", nargs, 3)) return NULL;
+    if (sgemm == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "train_ranking needs use_matrix_product first");
+        return NULL;
+    }
+    Loop loop;
+    LoopSide lhs, rhs;
+    if (read_struct(args[0], "loop", &loop, sizeof loop) ||
+        read_struct(args[1], "lhs", &lhs, sizeof lhs) ||
+        read_struct(args[2], "rhs", &rhs, sizeof rhs))
+        return NULL;
+    if (loop.edges == 0) return PyFloat_FromDouble(0.0);
+    if (loop.batch_size < 1 || loop.chunk_size < 1 || loop.num_shifts > MAX_SHIFTS) {
+        PyErr_SetString(PyExc_ValueError, "train_ranking: bad batch, chunk or shift count");
+        return NULL;
+    }
+    if (check_side(&loop, &lhs, "left") || check_side(&loop, &rhs, "right")) return NULL;
+    LoopBuffers buffers;
+    PyObject *result = NULL;
+    if (alloc_loop_buffers(&loop, &buffers)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    double loss;
+    Py_BEGIN_ALLOW_THREADS
+    int threads = set_blas_threads ? set_blas_threads(1) : 0;
+    loss = ranking_loop(&loop, &lhs, &rhs, &buffers);
+    if (set_blas_threads) set_blas_threads(threads);
+    Py_END_ALLOW_THREADS
+    result = PyFloat_FromDouble(loss);
+done:
+    free_loop_buffers(&buffers);
     return result;
 }
 
@@ -648,6 +914,8 @@ static PyMethodDef methods[] = {
      "Masked softmax loss of one side's negatives and its score gradients, row by row."},
     {"ranking_chunks", (PyCFunction)(void (*)(void))ranking_chunks, METH_FASTCALL,
      "Scores, ranking loss and embedding gradients of a batch, chunk by chunk."},
+    {"train_ranking", (PyCFunction)(void (*)(void))train_ranking, METH_FASTCALL,
+     "PBG's default setup trained over a worker's edges, batch after batch, in one call."},
     {"row_adagrad", (PyCFunction)(void (*)(void))row_adagrad, METH_FASTCALL,
      "Row-wise Adagrad step on the rows a batch touched, repeats summed."},
     {"use_matrix_product", (PyCFunction)(void (*)(void))use_matrix_product, METH_FASTCALL,

@@ -15,6 +15,7 @@ import ctypes
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -202,6 +203,126 @@ def ranking_chunks(  # noqa: PLR0913 (the C entry point's operands; bench/ calls
     rhs_side = Side(rows=rhs.data_ptr(), keys=rhs_keys.data_ptr(), grads=rhs_grad.data_ptr(),
                     grad_sum=grad_sums[1].data_ptr(), extra=rhs_width - num_pos)
     return _kernels.ranking_chunks(float(margin), float(weight), batch, lhs_side, rhs_side)
+
+
+class Table(ctypes.Structure):
+    """`Table` in _kernels.c: an embedding table with its row-wise Adagrad state."""
+
+    _fields_ = [("rows", Pointer), ("row_sum", Pointer), ("slots", Pointer), ("count", Size)]
+
+
+class Shift(ctypes.Structure):
+    """`Shift` in _kernels.c: a vector added to a side's rows, with its Adagrad state."""
+
+    _fields_ = [("value", Pointer), ("sum", Pointer), ("step", Pointer)]
+
+
+MAX_SHIFTS, SIDE_SHIFTS = 3, 2  # as in _kernels.c
+
+
+class LoopSide(ctypes.Structure):
+    """`LoopSide` in _kernels.c: one side of the edges `train_ranking` trains on."""
+
+    _fields_ = [("ids", Pointer), ("negatives", Pointer), ("num_negatives", Size),
+                ("table", Table), ("shifts", Size * SIDE_SHIFTS)]
+
+
+class Loop(ctypes.Structure):
+    """`Loop` in _kernels.c: the settings of `train_ranking`."""
+
+    _fields_ = [("edges", Size), ("batch_size", Size), ("chunk_size", Size),
+                ("uniform", Size), ("dim", Size), ("num_shifts", Size),
+                ("margin", ctypes.c_double), ("weight", ctypes.c_double),
+                ("lr", ctypes.c_double), ("shift_lr", ctypes.c_double),
+                ("eps", ctypes.c_double), ("shift", Shift * MAX_SHIFTS)]
+
+
+@dataclass(frozen=True)
+class RankingTable:
+    """An embedding table [rows, dim] and its Adagrad state for `train_ranking`: one
+    accumulator per row and int32 scratch, one per row, all -1 (and left so)."""
+
+    rows: torch.Tensor
+    row_sum: torch.Tensor
+    slots: torch.Tensor
+
+
+@dataclass(frozen=True)
+class ShiftParameter:
+    """A vector [dim] added to every row of a side, its Adagrad accumulator [dim] and update
+    count (0-D), as `dense_adagrad` takes them."""
+
+    value: torch.Tensor
+    sum: torch.Tensor
+    step: torch.Tensor
+
+
+@dataclass(frozen=True)
+class RankingSide:
+    """One side of `train_ranking`'s edges: entity ids [E], the uniform negatives of every
+    batch one after the other (each [chunks, uniform]), the table, and the indexes of the
+    shifts (into `train_ranking`'s list) added to its rows, in order."""
+
+    ids: torch.Tensor
+    negatives: torch.Tensor
+    table: RankingTable
+    shifts: Sequence[int]
+
+
+def train_ranking(  # noqa: PLR0913 (the loop's settings)
+        lhs: RankingSide, rhs: RankingSide, shifts: Sequence[ShiftParameter], *,
+        batch_size: int, chunk_size: int, uniform: int, margin: float, weight: float,
+        lr: float, shift_lr: float, eps: float) -> float:
+    """Train on the edges (lhs.ids[i], rhs.ids[i]) batch after batch with PBG's default setup
+    (ranking loss, batch and uniform negatives on both sides, inner products), updating the
+    tables and shifts in place; returns the summed loss times `weight`. Each batch is what
+    the batch loop computes for it (`closed_form_gradients` with `ranking_chunks`, then
+    `RowAdagrad` and `DenseAdagrad` steps): same chunks, padding, masks and updates."""
+    dim = lhs.table.rows.shape[1] if lhs.table.rows.dim() == 2 else -1
+    for side in (lhs, rhs):
+        table = side.table
+        _expect(table.rows, torch.float32, 2, "table")
+        _expect(table.row_sum, torch.float32, 1, "row_sum")
+        _expect(table.slots, torch.int32, 1, "slots")
+        _expect(side.ids, torch.int64, 1, "ids")
+        _expect(side.negatives, torch.int64, 1, "negatives")
+        if not all(t.is_contiguous() for t in (table.rows, table.row_sum, table.slots,
+                                                side.ids, side.negatives)):
+            raise ValueError("train_ranking needs contiguous tensors")
+        if table.rows.shape[1] != dim or len(table.row_sum) != len(table.rows) \
+                or len(table.slots) != len(table.rows) or len(side.ids) != len(lhs.ids):
+            raise ValueError(f"tables {tuple(table.rows.shape)}, accumulators "
+                             f"{tuple(table.row_sum.shape)}, slots {tuple(table.slots.shape)} "
+                             f"and ids {tuple(side.ids.shape)} do not match")
+        if len(side.shifts) > SIDE_SHIFTS or any(not 0 <= k < len(shifts)
+                                                 for k in side.shifts):
+            raise ValueError(f"side shifts {list(side.shifts)} of {len(shifts)}")
+    if len(shifts) > MAX_SHIFTS:
+        raise ValueError(f"at most {MAX_SHIFTS} shifts, got {len(shifts)}")
+    for shift in shifts:
+        for tensor, name in ((shift.value, "shift"), (shift.sum, "shift accumulator")):
+            _expect(tensor, torch.float32, 1, name)
+            if tensor.shape != (dim,) or not tensor.is_contiguous():
+                raise ValueError(f"{name}: expected a contiguous [{dim}], got "
+                                 f"{tuple(tensor.shape)}")
+        _expect(shift.step, torch.float32, 0, "shift update count")
+    loop = Loop(edges=len(lhs.ids), batch_size=batch_size, chunk_size=chunk_size,
+                uniform=uniform, dim=dim, num_shifts=len(shifts), margin=margin,
+                weight=weight, lr=lr, shift_lr=shift_lr, eps=eps,
+                shift=(Shift * MAX_SHIFTS)(*(
+                    Shift(value=s.value.data_ptr(), sum=s.sum.data_ptr(),
+                          step=s.step.data_ptr()) for s in shifts)))
+    return _kernels.train_ranking(loop, _loop_side(lhs), _loop_side(rhs))
+
+
+def _loop_side(side: RankingSide) -> LoopSide:
+    table = side.table
+    padded = [*side.shifts, *[-1] * (SIDE_SHIFTS - len(side.shifts))]
+    return LoopSide(ids=side.ids.data_ptr(), negatives=side.negatives.data_ptr(),
+                    num_negatives=len(side.negatives),
+                    table=Table(rows=table.rows.data_ptr(), row_sum=table.row_sum.data_ptr(),
+                                slots=table.slots.data_ptr(), count=len(table.rows)),
+                    shifts=(Size * SIDE_SHIFTS)(*padded))
 
 
 def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,

@@ -17,6 +17,7 @@ from tessera.data.batching import (
 )
 from tessera.edgelist import EdgeList, EntityList
 from tessera.seeding import stable_seed
+from tessera.training.hogwild import empty_for_workers
 
 
 def numbered_edges(rel: list[int]) -> EdgeList:
@@ -72,6 +73,18 @@ def test_shuffle_is_a_permutation() -> None:
     assert edge_ids(shuffled) != list(range(100))
     # Relation types travel with their edges.
     assert shuffled.rel.tolist() == [i % 2 for i in edge_ids(shuffled)]
+
+
+def test_a_shuffle_for_worker_processes_lands_in_shared_memory() -> None:
+    """Gathered straight into shared memory: the same order as a private shuffle, and
+    handing the parts to worker processes copies nothing."""
+    edges = numbered_edges([0, 1, 2] * 40)
+    private = shuffle_edges(edges, generator(4))
+    shared = shuffle_edges(edges, generator(4), empty_for_workers)
+    for mine, theirs in ((private.rel, shared.rel), (private.lhs.ids, shared.lhs.ids),
+                         (private.rhs.ids, shared.rhs.ids)):
+        assert torch.equal(mine, theirs)
+        assert theirs.is_shared() and not mine.is_shared()
 
 
 def test_workers_get_equal_contiguous_parts() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -38,9 +38,18 @@ def split_holdout(edges: EdgeList, eval_fraction: float,
     return edges[(~held_out).nonzero().squeeze(1)], edges[held_out.nonzero().squeeze(1)]
 
 
-def shuffle_edges(edges: EdgeList, generator: torch.Generator) -> EdgeList:
-    """The same edges in a uniformly random order."""
-    return edges[torch.randperm(len(edges), generator=generator)]
+def shuffle_edges(edges: EdgeList, generator: torch.Generator,
+                  allocate: Callable[..., torch.Tensor] | None = None) -> EdgeList:
+    """The same edges in a uniformly random order. `allocate(3, n, dtype=torch.long)` gives
+    where plain (not featurized) edges are gathered to: shared memory, for worker processes,
+    so that handing them over copies nothing."""
+    order = torch.randperm(len(edges), generator=generator)
+    if allocate is None or edges.lhs.is_featurized or edges.rhs.is_featurized:
+        return edges[order]
+    columns = allocate(3, len(edges), dtype=torch.long)
+    for values, column in zip((edges.rel, edges.lhs.ids, edges.rhs.ids), columns):
+        torch.index_select(values, 0, order, out=column)
+    return EdgeList.from_ids(*columns)
 
 
 def split_among_workers(edges: EdgeList, num_workers: int) -> list[EdgeList]:

@@ -6,6 +6,7 @@ show what each bucket taught the model (PBG's eval_stats_before / eval_stats_aft
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..evaluation.sampled import rank_against_sampled
 from ..model import EmbeddingModel
 from ..seeding import stable_seed
 from ..vocabulary import PartitionKey
-from .hogwild import Pool
+from .hogwild import HogwildPool, Pool, empty_for_workers
 from .partitions import Partition
 from .schedule import TrainingStep
 from .worker import BatchSettings, ModelState, WorkerTask, train_part
@@ -70,8 +71,9 @@ class BucketTrainer:
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         seed = chunk_seed(step, self.config.seed)
-        parts, eval_edges = read_training_edges(self.config, self.data, step, self.num_chunks,
-                                                self.num_workers)
+        parts, eval_edges = read_training_edges(
+            self.config, self.data, step, self.num_chunks, self.num_workers,
+            empty_for_workers if isinstance(self.pool, HogwildPool) else None)
         before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
                                    lhs_keys, rhs_keys)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
@@ -105,8 +107,11 @@ def chunk_seed(step: TrainingStep, seed: int) -> int:
 
 
 def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
-                        num_chunks: int, num_parts: int) -> tuple[list[EdgeList], EdgeList]:
-    """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges.
+                        num_chunks: int, num_parts: int,
+                        allocate: Callable[..., torch.Tensor] | None = None
+                        ) -> tuple[list[EdgeList], EdgeList]:
+    """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges;
+    `allocate`: where the shuffled edges go (`shuffle_edges`).
 
     Only the shuffled copy outlives this call: the chunk as read is dropped here rather
     than held, a second bucket-sized copy, while the workers train.
@@ -115,7 +120,7 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
     train_edges, eval_edges = split_holdout(edges, config.eval_fraction, chunk_identity(step))
     train_edges = sample_old_edges(config, data, step, train_edges)
     generator = torch.Generator().manual_seed(chunk_seed(step, config.seed))
-    shuffled = shuffle_edges(train_edges, generator)
+    shuffled = shuffle_edges(train_edges, generator, allocate)
     return split_among_workers(shuffled, num_parts), eval_edges
 
 

@@ -15,6 +15,7 @@ threads spend about a fifth of their time waiting for it.
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import queue
 import signal
@@ -81,10 +82,14 @@ def share_with_workers(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.share_memory_() if workers_are_processes() else tensor
 
 
-def empty_for_workers(*shape: int) -> torch.Tensor:
-    """An uninitialised float tensor where workers can update it, to be filled in place (from
-    a file, by a random draw): no private copy of a whole partition on the way."""
-    return share_with_workers(torch.empty(shape))
+def empty_for_workers(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised tensor where workers can update it, to be filled in place (from a
+    file, by a random draw, by a gather): no private copy on the way, and none made to move
+    it (`share_memory_` would copy what it moves)."""
+    if not workers_are_processes():
+        return torch.empty(shape, dtype=dtype)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> Pool:

@@ -17,6 +17,7 @@ from ..data.batching import iter_batches
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
 from ..vocabulary import PartitionKey
+from . import compiled_loop
 from .optimizers import DenseAdagrad, RowAdagrad
 from .partitions import Partition
 
@@ -73,12 +74,17 @@ class WorkerStats:
     seconds: float
 
 
-def train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
-    """Train on `task.edges` in batches, updating the shared tables and model in place."""
+def train_part(state: ModelState, task: WorkerTask, compiled: bool = True) -> WorkerStats:
+    """Train on `task.edges` in batches, updating the shared tables and model in place;
+    `compiled`: in one compiled call where `compiled_loop` handles the setup."""
     if task.delay_seconds:
         time.sleep(task.delay_seconds)
     started = time.monotonic()
     generator = torch.Generator().manual_seed(task.seed)
+    if compiled and compiled_loop.handles(state, task):
+        loss = compiled_loop.train_compiled(state, task, generator)
+        return WorkerStats(loss=loss, regularization=0.0, count=len(task.edges),
+                           seconds=time.monotonic() - started)
     settings = task.settings
     by_table = {id(p.embeddings): RowAdagrad(p.embeddings, settings.lr, p.adagrad_sum)
                 for p in task.partitions.values()}

@@ -1,0 +1,152 @@
+"""The compiled worker loop trains exactly what the batch loop trains.
+
+Each case trains one worker's edges twice from the same starting tables, model and seed:
+through the batch loop (`train_part(compiled=False)`: per batch the closed-form gradients,
+whose kernels the closed-form tests hold equal to autograd, and the optimizers) and through
+`compiled_loop`. Tables, Adagrad state, model parameters and the loss must agree.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from tessera import kernels
+from tessera.config import parse_config
+from tessera.edgelist import EdgeList
+from tessera.model import EmbeddingModel
+from tessera.training import compiled_loop
+from tessera.training.optimizers import make_model_optimizer
+from tessera.training.partitions import Partition
+from tessera.training.worker import BatchSettings, ModelState, WorkerTask, train_part
+
+pytestmark = pytest.mark.skipif(not (kernels.AVAILABLE and kernels.CHUNKED),
+                                reason="tessera._kernels is not built")
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """As in a Hogwild worker: the compiled paths run on one intra-op thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def worker_case(num_edges: int = 230, *, two_types: bool = False, rows: tuple[int, int] =
+                (40, 40), batch_size: int = 64, negs: tuple[int, int] = (10, 7),
+                operator: str = "translation", **overrides: Any
+                ) -> tuple[ModelState, WorkerTask]:
+    """A model whose parameters are away from their initial values, its tables, and one
+    worker's task over random edges (few rows, so that rows repeat within batches)."""
+    types = ("user", "item") if two_types else ("node", "node")
+    raw: dict[str, Any] = {
+        "entities": {name: {"num_partitions": 1} for name in set(types)},
+        "relations": [{"name": "r", "lhs": types[0], "rhs": types[1], "operator": operator,
+                       **overrides.pop("relation", {})}],
+        "dimension": 8, "comparator": "dot", "loss_fn": "ranking", "margin": 0.3,
+        "lr": 0.05, "batch_size": batch_size, "num_batch_negs": negs[0],
+        "num_uniform_negs": negs[1], "entity_path": "e", "edge_paths": ["p"],
+        "checkpoint_path": "c", **overrides}
+    config = parse_config(raw)
+    model = EmbeddingModel(config, 1)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.3 * torch.randn(param.shape, generator=generator))
+    state = ModelState(model, make_model_optimizer(model, config))
+    partitions = {(name, 0): Partition(torch.randn(count, 8, generator=generator),
+                                       torch.rand(count, generator=generator))
+                  for name, count in zip(types, rows)}
+    edges = EdgeList.from_ids(torch.zeros(num_edges, dtype=torch.long),
+                              torch.randint(rows[0], (num_edges,), generator=generator),
+                              torch.randint(rows[1], (num_edges,), generator=generator))
+    settings = BatchSettings(batch_size=batch_size, num_batch_negs=negs[0],
+                             num_uniform_negs=negs[1], dynamic_relations=False, lr=config.lr)
+    task = WorkerTask(edges=edges, partitions=partitions, lhs_keys=[(types[0], 0)],
+                      rhs_keys=[(types[1], 0)], settings=settings, seed=11)
+    return state, task
+
+
+def train_both_ways(state: ModelState, task: WorkerTask) -> list[tuple[Any, ...]]:
+    """(loss, tables, row sums, parameters, parameter accumulators and step counts) after
+    the batch loop, then after the compiled loop, each from a copy of the same start."""
+    outcomes = []
+    for compiled in (False, True):
+        mine_state, mine_task = copy.deepcopy((state, task))
+        stats = train_part(mine_state, mine_task, compiled=compiled)
+        optimizer = mine_state.optimizer
+        outcomes.append((
+            stats.loss, stats.count,
+            [p.embeddings for p in mine_task.partitions.values()],
+            [p.adagrad_sum for p in mine_task.partitions.values()],
+            [p.detach() for p in mine_state.model.parameters()],
+            [] if optimizer is None else [*optimizer.sums, *optimizer.steps]))
+    return outcomes
+
+
+CASES = {
+    "default setup, one table": {},
+    "two entity types": {"two_types": True, "rows": (30, 50)},
+    "no global embeddings": {"global_emb": False},
+    "no operator": {"operator": "none"},
+    "nothing to optimize but rows": {"operator": "none", "global_emb": False},
+    "relation weight and relation_lr": {"relation": {"weight": 0.5}, "relation_lr": 0.2},
+    "batch smaller than a chunk": {"num_edges": 23, "batch_size": 6},
+    "no uniform negatives": {"negs": (10, 0)},
+    "edges a chunk divides": {"num_edges": 200, "batch_size": 40},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_compiled_loop_trains_what_the_batch_loop_trains(case: str) -> None:
+    state, task = worker_case(**CASES[case])
+    assert compiled_loop.handles(state, task)
+    (loss, count, *batch_loop), (compiled_loss, compiled_count, *compiled) = \
+        train_both_ways(state, task)
+    assert count == compiled_count == len(task.edges)
+    assert compiled_loss == pytest.approx(loss, rel=1e-6)
+    for expected, actual in zip(batch_loop, compiled):
+        assert len(expected) == len(actual)
+        for want, got in zip(expected, actual):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # Training moved everything compared (the comparison is not of untouched state).
+    assert not torch.equal(compiled[0][0], task.partitions[task.lhs_keys[0]].embeddings)
+
+
+def test_a_setup_the_compiled_loop_does_not_cover_takes_the_batch_loop() -> None:
+    for overrides in ({"comparator": "cos"}, {"loss_fn": "softmax"},
+                      {"operator": "diagonal"}, {"max_norm": 1.0},
+                      {"regularization_coef": 0.1, "regularizer": "N3"}):
+        state, task = worker_case(**overrides)
+        assert not compiled_loop.handles(state, task), overrides
+    state, task = worker_case()
+    torch.set_num_threads(2)  # torch splits the products itself: not one worker's thread
+    assert not compiled_loop.handles(state, task)
+
+
+def test_negatives_are_drawn_as_the_batch_loop_draws_them() -> None:
+    """Per batch, the left side's [chunks, uniform] then the right side's, from one
+    generator; the last batch has fewer chunks."""
+    lhs, rhs = compiled_loop.draw_negatives(25, 10, 4, 3, (7, 9),
+                                            torch.Generator().manual_seed(2))
+    generator = torch.Generator().manual_seed(2)
+    expected: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+    for chunks in (3, 3, 2):  # batches of 10, 10 and 5 edges in chunks of 4
+        for side, rows in zip(expected, (7, 9)):
+            side.append(torch.randint(rows, (chunks, 3), generator=generator).flatten())
+    assert torch.equal(lhs, torch.cat(expected[0]))
+    assert torch.equal(rhs, torch.cat(expected[1]))
+
+
+def test_an_id_outside_the_table_is_refused_before_any_update() -> None:
+    state, task = worker_case()
+    task.edges.rhs.ids[100] = 40  # the table has 40 rows
+    before = task.partitions[task.lhs_keys[0]].embeddings.clone()
+    with pytest.raises(IndexError, match="row id 40"):
+        compiled_loop.train_compiled(state, task, torch.Generator().manual_seed(0))
+    assert torch.equal(task.partitions[task.lhs_keys[0]].embeddings, before)

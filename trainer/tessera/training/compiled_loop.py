@@ -1,0 +1,134 @@
+"""A worker's whole share of a bucket in one compiled call, for PBG's default setup.
+
+In PBG's default setup (one relation type, translation or no operator, `dot`, ranking loss,
+batch and uniform negatives on both sides) the batch loop's compiled kernels leave a third
+of a worker's time to Python: planning each batch, laying out its rows, and one call per
+kernel and optimizer. `kernels.train_ranking` runs the same steps for every batch in one
+call. The uniform negatives are drawn here first, from the worker's generator in the order
+the batch loop draws them, so both ways train the same model (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from .. import kernels
+from ..config import ConfigSchema
+from ..model.comparators import DotComparator
+from ..model.losses import RankingLoss
+from ..model.negatives import plan_chunking
+from ..model.operators import IdentityOperator, TranslationOperator
+from .optimizers import EPSILON
+
+if TYPE_CHECKING:  # the worker calls this module
+    from .worker import ModelState, WorkerTask
+
+
+def handles(state: ModelState, task: WorkerTask) -> bool:
+    """Whether `train_compiled` can train the task: the default setup, compiled kernels on,
+    one intra-op thread (a Hogwild worker's), float32 tables and shifts."""
+    model, config = state.model, state.model.config
+    if not (kernels.active() and kernels.CHUNKED and torch.get_num_threads() == 1):
+        return False
+    if not (_default_setup(config) and type(model.comparator) is DotComparator
+            and isinstance(model.loss_fn, RankingLoss) and model.regularizer is None
+            and type(model.rhs_operators[0]) in (TranslationOperator, IdentityOperator)):
+        return False
+    if task.edges.lhs.is_featurized or task.edges.rhs.is_featurized:
+        return False
+    tables = [task.partitions[keys[0]] for keys in (task.lhs_keys, task.rhs_keys)]
+    shifts = _shift_parameters(state)
+    optimized = state.optimizer.params if state.optimizer is not None else []
+    return (all(p.embeddings.dtype == torch.float32 and p.embeddings.is_contiguous()
+                and p.adagrad_sum.is_contiguous() for p in tables)
+            and all(param.dtype == torch.float32 and param.is_contiguous()
+                    and any(param is p for p in optimized) for param in shifts))
+
+
+def _default_setup(config: ConfigSchema) -> bool:
+    relation = config.relations[0]
+    return (len(config.relations) == 1 and not config.dynamic_relations
+            and not relation.all_negs and config.num_batch_negs > 0
+            and not config.disable_lhs_negs and not config.disable_rhs_negs
+            and config.max_norm is None)
+
+
+def _shift_parameters(state: ModelState) -> list[torch.nn.Parameter]:
+    """The vectors added to the left rows, then to the right rows, in the order the batch
+    loop adds them (`closed_form.SidePipeline`)."""
+    lhs, rhs = _side_shifts(state)
+    return [*lhs, *(p for p in rhs if not any(p is q for q in lhs))]
+
+
+def _side_shifts(state: ModelState) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    model = state.model
+    relation = model.config.relations[0]
+    lhs = [p for p in [model.global_embedding(relation.lhs)] if p is not None]
+    rhs = [p for p in [model.global_embedding(relation.rhs)] if p is not None]
+    operator = model.rhs_operators[0]
+    if isinstance(operator, TranslationOperator):
+        rhs.append(operator.translation)
+    return lhs, rhs
+
+
+def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generator) -> float:
+    """Train on `task.edges` (which `handles` accepted); returns the summed loss."""
+    settings, config = task.settings, state.model.config
+    lhs_part = task.partitions[task.lhs_keys[0]]
+    rhs_part = task.partitions[task.rhs_keys[0]]
+    lhs_negatives, rhs_negatives = draw_negatives(
+        len(task.edges), settings.batch_size, settings.num_batch_negs,
+        settings.num_uniform_negs, (len(lhs_part.embeddings), len(rhs_part.embeddings)),
+        generator)
+    lhs_table = _table(lhs_part.embeddings, lhs_part.adagrad_sum)
+    rhs_table = lhs_table if rhs_part.embeddings is lhs_part.embeddings \
+        else _table(rhs_part.embeddings, rhs_part.adagrad_sum)
+    shifts = _shift_parameters(state)
+    lhs_shifts, rhs_shifts = _side_shifts(state)
+    optimizer = state.optimizer
+    states = []
+    for param in shifts:
+        assert optimizer is not None  # `handles` checked that each shift is optimized
+        index = next(i for i, p in enumerate(optimizer.params) if p is param)
+        states.append(kernels.ShiftParameter(param.data, optimizer.sums[index],
+                                             optimizer.steps[index]))
+
+    def indexes(side: list[torch.nn.Parameter]) -> list[int]:
+        return [next(i for i, p in enumerate(shifts) if p is param) for param in side]
+
+    edges = task.edges
+    return kernels.train_ranking(
+        kernels.RankingSide(edges.lhs.ids.contiguous(), lhs_negatives, lhs_table,
+                            indexes(lhs_shifts)),
+        kernels.RankingSide(edges.rhs.ids.contiguous(), rhs_negatives, rhs_table,
+                            indexes(rhs_shifts)),
+        states, batch_size=settings.batch_size, chunk_size=settings.num_batch_negs,
+        uniform=settings.num_uniform_negs, margin=state.model.loss_fn.margin,
+        weight=config.relations[0].weight, lr=settings.lr,
+        shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON)
+
+
+def _table(embeddings: torch.Tensor, row_sum: torch.Tensor) -> kernels.RankingTable:
+    return kernels.RankingTable(embeddings, row_sum,
+                                torch.full((len(embeddings),), -1, dtype=torch.int32))
+
+
+def draw_negatives(num_edges: int, batch_size: int, num_batch_negs: int,
+                   num_uniform_negs: int, num_rows: tuple[int, int],
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each side's uniform negatives for every batch, one batch after another, drawn as the
+    batch loop draws them (`EmbeddingModel.plan_batch`: per batch, [chunks, uniform] for the
+    left side, then for the right)."""
+    drawn: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
+    if num_uniform_negs > 0:
+        for start in range(0, num_edges, batch_size):
+            chunking = plan_chunking(min(batch_size, num_edges - start), False,
+                                     num_batch_negs, num_uniform_negs)
+            for side, rows in zip(drawn, num_rows):
+                side.append(torch.randint(rows, (chunking.num_chunks * num_uniform_negs,),
+                                          generator=generator))
+    empty = torch.empty(0, dtype=torch.long)
+    return (torch.cat(drawn[0]) if drawn[0] else empty,
+            torch.cat(drawn[1]) if drawn[1] else empty)
