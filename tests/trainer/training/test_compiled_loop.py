@@ -99,6 +99,7 @@ CASES = {
     "batch smaller than a chunk": {"num_edges": 23, "batch_size": 6},
     "no uniform negatives": {"negs": (10, 0)},
     "edges a chunk divides": {"num_edges": 200, "batch_size": 40},
+    "several compiled calls": {"num_edges": 2300, "batch_size": 16, "negs": (5, 3)},
 }
 
 

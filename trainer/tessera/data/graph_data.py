@@ -127,6 +127,9 @@ class GraphData:
         side = what.split()[0]
         types = self.relation_types(side)
         limits = np.array([self.partition_size(t, part) for t in types])
+        if len(ids) == 0 or ((limits == limits[0]).all() and ids.min() >= 0
+                             and ids.max() < limits[0]):
+            return  # one bound for every relation type: no bucket-sized temporaries
         bad = np.flatnonzero((ids < 0) | (ids >= limits[rel]))
         if len(bad):
             row = int(bad[0])

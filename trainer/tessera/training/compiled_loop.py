@@ -73,41 +73,45 @@ def _side_shifts(state: ModelState) -> tuple[list[torch.nn.Parameter], list[torc
     return lhs, rhs
 
 
+# Batches per compiled call. Their uniform negatives are drawn just before it: a few hundred
+# kilobytes, where a whole bucket's would take more memory than its edges (16 bytes per
+# edge with PBG's defaults, 24 for the edges).
+BATCHES_PER_CALL = 32
+
+
 def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generator) -> float:
     """Train on `task.edges` (which `handles` accepted); returns the summed loss."""
-    settings, config = task.settings, state.model.config
+    settings, config, optimizer = task.settings, state.model.config, state.optimizer
     lhs_part = task.partitions[task.lhs_keys[0]]
     rhs_part = task.partitions[task.rhs_keys[0]]
-    lhs_negatives, rhs_negatives = draw_negatives(
-        len(task.edges), settings.batch_size, settings.num_batch_negs,
-        settings.num_uniform_negs, (len(lhs_part.embeddings), len(rhs_part.embeddings)),
-        generator)
     lhs_table = _table(lhs_part.embeddings, lhs_part.adagrad_sum)
     rhs_table = lhs_table if rhs_part.embeddings is lhs_part.embeddings \
         else _table(rhs_part.embeddings, rhs_part.adagrad_sum)
     shifts = _shift_parameters(state)
-    lhs_shifts, rhs_shifts = _side_shifts(state)
-    optimizer = state.optimizer
     states = []
     for param in shifts:
         assert optimizer is not None  # `handles` checked that each shift is optimized
         index = next(i for i, p in enumerate(optimizer.params) if p is param)
         states.append(kernels.ShiftParameter(param.data, optimizer.sums[index],
                                              optimizer.steps[index]))
-
-    def indexes(side: list[torch.nn.Parameter]) -> list[int]:
-        return [next(i for i, p in enumerate(shifts) if p is param) for param in side]
-
-    edges = task.edges
-    return kernels.train_ranking(
-        kernels.RankingSide(edges.lhs.ids.contiguous(), lhs_negatives, lhs_table,
-                            indexes(lhs_shifts)),
-        kernels.RankingSide(edges.rhs.ids.contiguous(), rhs_negatives, rhs_table,
-                            indexes(rhs_shifts)),
-        states, batch_size=settings.batch_size, chunk_size=settings.num_batch_negs,
-        uniform=settings.num_uniform_negs, margin=state.model.loss_fn.margin,
-        weight=config.relations[0].weight, lr=settings.lr,
-        shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON)
+    lhs_shifts, rhs_shifts = ([next(i for i, p in enumerate(shifts) if p is param)
+                               for param in side] for side in _side_shifts(state))
+    edges, loss = task.edges, 0.0
+    block = BATCHES_PER_CALL * settings.batch_size  # whole batches, as the batch loop cuts
+    for start in range(0, len(edges), block):
+        lhs_ids = edges.lhs.ids[start:start + block].contiguous()
+        lhs_negatives, rhs_negatives = draw_negatives(
+            len(lhs_ids), settings.batch_size, settings.num_batch_negs,
+            settings.num_uniform_negs, (len(lhs_table.rows), len(rhs_table.rows)), generator)
+        loss += kernels.train_ranking(
+            kernels.RankingSide(lhs_ids, lhs_negatives, lhs_table, lhs_shifts),
+            kernels.RankingSide(edges.rhs.ids[start:start + block].contiguous(),
+                                rhs_negatives, rhs_table, rhs_shifts),
+            states, batch_size=settings.batch_size, chunk_size=settings.num_batch_negs,
+            uniform=settings.num_uniform_negs, margin=state.model.loss_fn.margin,
+            weight=config.relations[0].weight, lr=settings.lr,
+            shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON)
+    return loss
 
 
 def _table(embeddings: torch.Tensor, row_sum: torch.Tensor) -> kernels.RankingTable:
@@ -121,14 +125,14 @@ def draw_negatives(num_edges: int, batch_size: int, num_batch_negs: int,
     """Each side's uniform negatives for every batch, one batch after another, drawn as the
     batch loop draws them (`EmbeddingModel.plan_batch`: per batch, [chunks, uniform] for the
     left side, then for the right)."""
-    drawn: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])
-    if num_uniform_negs > 0:
-        for start in range(0, num_edges, batch_size):
-            chunking = plan_chunking(min(batch_size, num_edges - start), False,
-                                     num_batch_negs, num_uniform_negs)
-            for side, rows in zip(drawn, num_rows):
-                side.append(torch.randint(rows, (chunking.num_chunks * num_uniform_negs,),
-                                          generator=generator))
-    empty = torch.empty(0, dtype=torch.long)
-    return (torch.cat(drawn[0]) if drawn[0] else empty,
-            torch.cat(drawn[1]) if drawn[1] else empty)
+    counts = [plan_chunking(min(batch_size, num_edges - start), False, num_batch_negs,
+                            num_uniform_negs).num_chunks * num_uniform_negs
+              for start in range(0, num_edges, batch_size)] if num_uniform_negs > 0 else []
+    drawn = (torch.empty(sum(counts), dtype=torch.long),
+             torch.empty(sum(counts), dtype=torch.long))
+    at = 0
+    for count in counts:
+        for side, rows in zip(drawn, num_rows):
+            torch.randint(rows, (count,), generator=generator, out=side[at:at + count])
+        at += count
+    return drawn
