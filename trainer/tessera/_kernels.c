@@ -5,6 +5,10 @@
  *                  and both sides' embedding gradients, while its few hundred kilobytes of
  *                  scores and gradients stay in cache (eager torch streams the whole
  *                  batch's megabytes through memory once per operation);
+ *   train_ranking  runs a Hogwild worker's whole share of a bucket in that setup, batch
+ *                  after batch: gather, `ranking_chunks`' steps, row-wise Adagrad on the rows
+ *                  and Adagrad on the shifts (global embeddings, translation), with no return
+ *                  to Python between batches;
  *   ranking_loss   masks a side's negative scores, evaluates the ranking loss and writes its
  *                  gradients w.r.t. the positive and negative scores, in one pass (the
  *                  other setups' ranking loss);
@@ -456,6 +460,13 @@ static void matmul(int a_t, int b_t, int m, int n, int k, const float *a, int ld
           &ldc);
 }
 
+/* -1 with a RuntimeError set until `use_matrix_product` has given sgemm's address. */
+static int needs_matrix_product(const char *name) {
+    if (sgemm != NULL) return 0;
+    PyErr_Format(PyExc_RuntimeError, "%s needs use_matrix_product first", name);
+    return -1;
+}
+
 /* The pairs of one positive (threshold = its score - margin, key `pos_key`) with a row of
  * negatives: writes their score gradients to `grads` (may be `scores`), subtracts theirs
  * from the positive's and returns the summed violations. */
@@ -596,10 +607,7 @@ typedef struct {
 /* ranking_chunks(margin, weight, batch, lhs, rhs): returns the loss times `weight`. */
 static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (expect_args("ranking_chunks", nargs, 5)) return NULL;
-    if (sgemm == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "ranking_chunks needs use_matrix_product first");
-        return NULL;
-    }
+    if (needs_matrix_product("ranking_chunks")) return NULL;
     double margin = PyFloat_AsDouble(args[0]), weight = PyFloat_AsDouble(args[1]);
     if (PyErr_Occurred()) return NULL;
     Batch batch;
@@ -854,10 +862,7 @@ static int check_side(const Loop *loop, const LoopSide *side, const char *name) 
  * the same steps as the batch loop of `tessera.training.worker.train_part`. */
 static PyObject *train_ranking(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (expect_args("train_ranking", nargs, 3)) return NULL;
-    if (sgemm == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "train_ranking needs use_matrix_product first");
-        return NULL;
-    }
+    if (needs_matrix_product("train_ranking")) return NULL;
     Loop loop;
     LoopSide lhs, rhs;
     if (read_struct(args[0], "loop", &loop, sizeof loop) ||
