@@ -20,7 +20,7 @@ from tessera.config import parse_config
 from tessera.edgelist import EdgeList
 from tessera.model import EmbeddingModel
 from tessera.training import compiled_loop
-from tessera.training.optimizers import make_model_optimizer
+from tessera.training.optimizers import DenseAdagrad, RowAdagrad, make_model_optimizer
 from tessera.training.partitions import Partition
 from tessera.training.worker import BatchSettings, ModelState, WorkerTask, train_part
 
@@ -89,7 +89,7 @@ def train_both_ways(state: ModelState, task: WorkerTask) -> list[tuple[Any, ...]
     return outcomes
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "default setup, one table": {},
     "two entity types": {"two_types": True, "rows": (30, 50)},
     "no global embeddings": {"global_emb": False},
@@ -151,3 +151,51 @@ def test_an_id_outside_the_table_is_refused_before_any_update() -> None:
     with pytest.raises(IndexError, match="row id 40"):
         compiled_loop.train_compiled(state, task, torch.Generator().manual_seed(0))
     assert torch.equal(task.partitions[task.lhs_keys[0]].embeddings, before)
+
+
+def autograd_step(state: ModelState, task: WorkerTask) -> float:
+    """One batch (all of the task's edges) the reference way: `EmbeddingModel.forward` and
+    `backward()`, then the optimizers' torch updates (kernels off), with the negatives the
+    worker's generator draws."""
+    settings = task.settings
+    lhs_part = task.partitions[task.lhs_keys[0]]
+    rhs_part = task.partitions[task.rhs_keys[0]]
+    assert state.optimizer is not None
+    with kernels.torch_only():
+        model_optimizer = DenseAdagrad(state.optimizer.params, state.optimizer.lr)
+        model_optimizer.load_state_dict(state.optimizer.state_dict())
+        result = state.model(task.edges, lhs_part.embeddings, rhs_part.embeddings,
+                             num_batch_negs=settings.num_batch_negs,
+                             num_uniform_negs=settings.num_uniform_negs,
+                             generator=torch.Generator().manual_seed(task.seed))
+        result.loss.backward()
+        for touched in result.touched:
+            row_sum = next(p.adagrad_sum for p in task.partitions.values()
+                           if p.embeddings is touched.table)
+            RowAdagrad(touched.table, settings.lr, row_sum).step(
+                touched.rows, touched.embeddings.grad.clone())
+        model_optimizer.step()
+    return float(result.loss.detach())
+
+
+@pytest.mark.parametrize("case", ["default setup, one table", "two entity types",
+                                  "batch smaller than a chunk"])
+def test_one_compiled_batch_equals_autograd_and_the_torch_optimizers(case: str) -> None:
+    overrides = {**CASES[case]}
+    overrides["num_edges"] = overrides.get("batch_size", 64)  # one batch
+    state, task = worker_case(**overrides)
+    assert compiled_loop.handles(state, task)
+    reference_state, reference_task = copy.deepcopy((state, task))
+    expected_loss = autograd_step(reference_state, reference_task)
+    stats = train_part(state, task, compiled=True)
+    assert stats.loss == pytest.approx(expected_loss, rel=1e-5)
+    for key, partition in task.partitions.items():
+        reference = reference_task.partitions[key]
+        torch.testing.assert_close(partition.embeddings, reference.embeddings,
+                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(partition.adagrad_sum, reference.adagrad_sum,
+                                   rtol=1e-5, atol=1e-7)
+    for param, reference_param in zip(state.model.parameters(),
+                                      reference_state.model.parameters()):
+        torch.testing.assert_close(param.detach(), reference_param.detach(),
+                                   rtol=1e-5, atol=1e-6)
