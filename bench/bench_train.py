@@ -543,13 +543,13 @@ def flops_per_edge(config: dict[str, Any]) -> int:
 def memory_bound(nodes: int, edges: int, partitions: int, dimension: int,
                  look_ahead: bool = True) -> int:
     """Bytes a trainer cannot do without: the embeddings and row-wise Adagrad sums (float32)
-    of the current bucket's two partitions and the largest bucket's edges (two int64 ids and
-    a relation id per edge, all in one chunk) and, with `look_ahead`, the next bucket's two
-    partitions (fewer when there are fewer partitions) and edges, read ahead."""
+    of the current bucket's two partitions and, with `look_ahead`, of the next bucket's two,
+    read ahead (fewer when there are fewer partitions), and the largest bucket's edges (two
+    int64 ids and a relation id per edge, all in one chunk)."""
     rows = -(-nodes // partitions)
     held = min(partitions, 4 if look_ahead else 2)
     bucket_edges = -(-edges // partitions ** 2)
-    return held * rows * (dimension + 1) * 4 + bucket_edges * 3 * 8 * (2 if look_ahead else 1)
+    return held * rows * (dimension + 1) * 4 + bucket_edges * 3 * 8
 
 
 # A graph whose embeddings and buckets weigh almost nothing, with enough edges for full

@@ -270,9 +270,6 @@ def test_only_the_shuffled_copy_of_a_bucket_stays_in_memory_while_it_trains(
 
     monkeypatch.setattr(GraphData, "read_chunk", recording_read_chunk)
     monkeypatch.setattr(bucket_trainer, "train_part", checking_train_part)
-    # No look-ahead: the last chunk read is then the one training (read ahead, the next
-    # chunk is read while this one trains).
-    monkeypatch.setenv("TESSERA_PREFETCH", "0")
     graph = write_planted_graph(tmp_path, 2)
     summary = train(parse_config(graph.config(workers=1, num_epochs=1)), QUIET)
     assert summary.edges > 0 and len(as_read) == 4

@@ -7,7 +7,6 @@ show what each bucket taught the model (PBG's eval_stats_before / eval_stats_aft
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +51,7 @@ class BucketOutcome:
 
 @dataclass(eq=False)
 class BucketTrainer:
-    """Trains bucket chunks with a pool of Hogwild workers (or inline with one worker).
-
-    With `look_ahead`, the next chunk's edges are read, checked and shuffled by a background
-    thread while the workers train this one: the cores would otherwise wait for it, idle,
-    between buckets (one bucket's edges more in memory).
-    """
+    """Trains bucket chunks with a pool of Hogwild workers (or inline with one worker)."""
 
     config: ConfigSchema
     data: GraphData
@@ -65,7 +59,6 @@ class BucketTrainer:
     pool: Pool | None
     num_workers: int
     num_chunks: int
-    look_ahead: bool = False
 
     def __post_init__(self) -> None:
         config = self.config
@@ -73,39 +66,14 @@ class BucketTrainer:
             batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
             num_uniform_negs=config.num_uniform_negs,
             dynamic_relations=config.dynamic_relations, lr=config.lr)
-        self.reader = ThreadPoolExecutor(1, thread_name_prefix="tessera-edge-reader") \
-            if self.look_ahead else None
-        # Chunks read ahead: the one about to train and the one after it, at most.
-        self.ahead: dict[TrainingStep, Future[TrainingEdges]] = {}
-
-    def read_ahead(self, step: TrainingStep) -> None:
-        """Start preparing the edges of `step`, to train after the next `train` (nothing
-        without look-ahead)."""
-        if self.reader is None or step in self.ahead:
-            return
-        while len(self.ahead) >= 2:  # the order changed: drop the oldest
-            self.ahead.pop(next(iter(self.ahead))).result()
-        self.ahead[step] = self.reader.submit(self._read, step)
-
-    def close(self) -> None:
-        if self.reader is not None:
-            self.reader.shutdown()
-
-    def _read(self, step: TrainingStep) -> TrainingEdges:
-        return read_training_edges(
-            self.config, self.data, step, self.num_chunks, self.num_workers,
-            empty_for_workers if isinstance(self.pool, HogwildPool) else None)
-
-    def _take_ahead(self, step: TrainingStep) -> TrainingEdges | None:
-        """`step`'s edges if they were read ahead (a read's error is raised here)."""
-        future = self.ahead.pop(step, None)
-        return None if future is None else future.result()
 
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         seed = chunk_seed(step, self.config.seed)
-        parts, eval_edges = self._take_ahead(step) or self._read(step)
+        parts, eval_edges = read_training_edges(
+            self.config, self.data, step, self.num_chunks, self.num_workers,
+            empty_for_workers if isinstance(self.pool, HogwildPool) else None)
         before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
                                    lhs_keys, rhs_keys)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
@@ -138,12 +106,10 @@ def chunk_seed(step: TrainingStep, seed: int) -> int:
     return stable_seed((seed, step.epoch_idx, *chunk_identity(step)))
 
 
-TrainingEdges = tuple[list[EdgeList], EdgeList]  # each worker's part; the held-out edges
-
-
 def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
                         num_chunks: int, num_parts: int,
-                        allocate: Callable[..., torch.Tensor] | None = None) -> TrainingEdges:
+                        allocate: Callable[..., torch.Tensor] | None = None
+                        ) -> tuple[list[EdgeList], EdgeList]:
     """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges;
     `allocate`: where the shuffled edges go (`shuffle_edges`).
 

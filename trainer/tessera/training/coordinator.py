@@ -109,9 +109,9 @@ class BucketSource(Protocol):
     def progress(self) -> JobProgress | None:
         """The job's progress now (None before any bucket was trained)."""
 
-    def next_step(self, position: ChunkPosition, bucket: Bucket) -> TrainingStep | None:
-        """What this trainer trains after `bucket` of `position`, if known before `bucket`
-        trains (None: nothing follows, or it is not known yet)."""
+    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
+        """The bucket this trainer trains after `bucket` of `position`, if known before
+        `bucket` trains (None: none follows, or it is not known yet)."""
 
 
 class PartitionSource(Protocol):
@@ -278,10 +278,8 @@ class TrainingRun:
         trainer = self._bucket_trainer(pool)
         last: BucketOutcome | None = None
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
-        reading = contextlib.closing(trainer) if isinstance(trainer, BucketTrainer) \
-            else contextlib.nullcontext()
         with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
-                pool or contextlib.nullcontext(), alongside or contextlib.nullcontext(), reading:
+                pool or contextlib.nullcontext(), alongside or contextlib.nullcontext():
             for position in positions:
                 outcomes = [self._train_step(trainer, position, bucket, task)
                             for bucket in self.source.buckets(position)]
@@ -307,7 +305,7 @@ class TrainingRun:
     def _bucket_trainer(self, pool: Pool | None) -> AnyBucketTrainer:
         if not self.devices:
             return BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
-                                 self.schedule.num_edge_chunks, look_ahead_enabled())
+                                 self.schedule.num_edge_chunks)
         dtype, chunks = embedding_dtype(self.config), self.schedule.num_edge_chunks
         featurized = any(entity.featurized for entity in self.config.entities.values())
         if len(self.devices) == 1 or featurized:  # a feature's rows are in no one range
@@ -318,18 +316,17 @@ class TrainingRun:
 
     def _train_step(self, trainer: AnyBucketTrainer,
                     position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
-        step = TrainingStep.at(position, bucket)
+        step = TrainingStep(position.epoch_idx, position.edge_path_idx,
+                            position.edge_chunk_idx, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
         metadata = iteration_metadata(self.config, self.schedule, position)
         started = time.monotonic()
         partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
         self.partition_wait_seconds += time.monotonic() - started
-        following = self.source.next_step(position, bucket)
+        following = self.source.next_bucket(position, bucket)
         if following is not None:  # read while this bucket trains
-            self.partitions.prefetch(part for keys in self.data.partition_keys(following.bucket)
+            self.partitions.prefetch(part for keys in self.data.partition_keys(following)
                                      for part in keys)
-            if isinstance(trainer, BucketTrainer):
-                trainer.read_ahead(following)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
         outcome = trainer.train(step, partitions,
                                 self.config.hogwild_delay if first_ever else 0.0)
@@ -396,15 +393,14 @@ class ScheduledBuckets:
     def progress(self) -> JobProgress | None:
         return self.last
 
-    def next_step(self, position: ChunkPosition, bucket: Bucket) -> TrainingStep | None:
+    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
         """The schedule's next bucket, in this position or the first of the next one."""
         buckets = self.schedule.buckets(position)
         index = buckets.index(bucket) + 1
         if index < len(buckets):
-            return TrainingStep.at(position, buckets[index])
+            return buckets[index]
         following = self.schedule.position_after(position)
-        return TrainingStep.at(following, self.schedule.buckets(following)[0]) \
-            if following is not None else None
+        return self.schedule.buckets(following)[0] if following is not None else None
 
 
 class EarlyStopping:

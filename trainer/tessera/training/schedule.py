@@ -41,10 +41,6 @@ class TrainingStep:
     edge_chunk_idx: int
     bucket: Bucket
 
-    @classmethod
-    def at(cls, position: ChunkPosition, bucket: Bucket) -> TrainingStep:
-        return cls(position.epoch_idx, position.edge_path_idx, position.edge_chunk_idx, bucket)
-
     @property
     def position(self) -> ChunkPosition:
         return ChunkPosition(self.epoch_idx, self.edge_path_idx, self.edge_chunk_idx)
