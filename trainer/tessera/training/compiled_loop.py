@@ -1,9 +1,9 @@
 """A worker's whole share of a bucket in one compiled call, for PBG's default setup.
 
 In PBG's default setup (one relation type, translation or no operator, `dot`, ranking loss,
-batch and uniform negatives on both sides) the batch loop's compiled kernels leave a third
-of a worker's time to Python: planning each batch, laying out its rows, and one call per
-kernel and optimizer. `kernels.train_ranking` runs the same steps for every batch in one
+batch and uniform negatives on both sides) the batch loop's compiled kernels leave about a
+fifth of a worker's time to Python: planning each batch, laying out its rows, and one call
+per kernel and optimizer. `kernels.train_ranking` runs the same steps for every batch in one
 call. The uniform negatives are drawn here first, from the worker's generator in the order
 the batch loop draws them, so both ways train the same model (a test holds them equal).
 """
