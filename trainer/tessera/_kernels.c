@@ -486,9 +486,15 @@ static inline void add_rows(const float *rows, int count, int dim, float *sum) {
         for (int d = 0; d < dim; d++) sum[d] += rows[(size_t)k * dim + d];
 }
 
+/* The floats of `ranking_chunk`'s scratch for chunks of `size` edges and the sides' extra
+ * negatives: S * (W_l + X_r + S + 2). */
+static size_t chunk_scratch_floats(int size, int lhs_extra, int rhs_extra) {
+    return (size_t)size * ((size_t)size + lhs_extra + rhs_extra + size + 2);
+}
+
 /* One chunk of `ranking_chunks`. Keys are int32 here (table rows: a table has fewer than
  * 2^31) so that the pair loops vectorise with the floats beside them. `scratch` holds
- * S * (W_l + X_r + S + 2) floats. */
+ * `chunk_scratch_floats` floats. */
 VECTOR_CLONES
 static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, int dim,
                             float margin, float weight, const float *l, const float *r,
@@ -620,8 +626,8 @@ static PyObject *ranking_chunks(PyObject *self, PyObject *const *args, Py_ssize_
     int dim = (int)batch.dim, lhs_extra = (int)lhs.extra, rhs_extra = (int)rhs.extra;
     int lhs_width = size + lhs_extra, rhs_width = size + rhs_extra;
     size_t lhs_count = (size_t)chunks * lhs_width, rhs_count = (size_t)chunks * rhs_width;
-    float *scratch = PyMem_RawMalloc(
-        sizeof(float) * (size_t)size * (lhs_width + rhs_extra + size + 2));
+    float *scratch = PyMem_RawMalloc(sizeof(float) *
+                                     chunk_scratch_floats(size, lhs_extra, rhs_extra));
     int32_t *keys = PyMem_RawMalloc(sizeof(int32_t) * (lhs_count + rhs_count));
     PyObject *result = NULL;
     if (!scratch || !keys) {
@@ -778,7 +784,8 @@ static int alloc_loop_buffers(const Loop *loop, LoopBuffers *b) {
     b->keys = PyMem_RawMalloc(sizeof(int32_t) * slots);
     b->embs = PyMem_RawMalloc(sizeof(float) * slots * dim);
     b->grads = PyMem_RawMalloc(sizeof(float) * slots * dim);
-    b->scratch = PyMem_RawMalloc(sizeof(float) * size * (2 * (size_t)loop->uniform + 2 * size + 2));
+    b->scratch = PyMem_RawMalloc(
+        sizeof(float) * chunk_scratch_floats(size, (int)loop->uniform, (int)loop->uniform));
     b->vectors = PyMem_RawMalloc(sizeof(float) * 5 * dim);
     return b->rows && b->keys && b->embs && b->grads && b->scratch && b->vectors ? 0 : -1;
 }

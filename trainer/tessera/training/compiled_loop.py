@@ -39,7 +39,7 @@ def handles(state: ModelState, task: WorkerTask) -> bool:
     if task.edges.lhs.is_featurized or task.edges.rhs.is_featurized:
         return False
     tables = [task.partitions[keys[0]] for keys in (task.lhs_keys, task.rhs_keys)]
-    shifts = _shift_parameters(state)
+    shifts = _shift_parameters(*_side_shifts(state))
     optimized = state.optimizer.params if state.optimizer is not None else []
     return (all(p.embeddings.dtype == torch.float32 and p.embeddings.is_contiguous()
                 and p.adagrad_sum.is_contiguous() for p in tables)
@@ -55,14 +55,15 @@ def _default_setup(config: ConfigSchema) -> bool:
             and config.max_norm is None)
 
 
-def _shift_parameters(state: ModelState) -> list[torch.nn.Parameter]:
-    """The vectors added to the left rows, then to the right rows, in the order the batch
-    loop adds them (`closed_form.SidePipeline`)."""
-    lhs, rhs = _side_shifts(state)
+def _shift_parameters(lhs: list[torch.nn.Parameter],
+                      rhs: list[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
+    """Each distinct vector of the two sides' shifts once: the left's, then the right's."""
     return [*lhs, *(p for p in rhs if not any(p is q for q in lhs))]
 
 
 def _side_shifts(state: ModelState) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """The vectors added to the left rows and to the right rows, in the order the batch loop
+    adds them (`closed_form.SidePipeline`)."""
     model = state.model
     relation = model.config.relations[0]
     lhs = [p for p in [model.global_embedding(relation.lhs)] if p is not None]
@@ -87,7 +88,8 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
     lhs_table = _table(lhs_part.embeddings, lhs_part.adagrad_sum)
     rhs_table = lhs_table if rhs_part.embeddings is lhs_part.embeddings \
         else _table(rhs_part.embeddings, rhs_part.adagrad_sum)
-    shifts = _shift_parameters(state)
+    side_shifts = _side_shifts(state)
+    shifts = _shift_parameters(*side_shifts)
     states = []
     for param in shifts:
         assert optimizer is not None  # `handles` checked that each shift is optimized
@@ -95,7 +97,7 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
         states.append(kernels.ShiftParameter(param.data, optimizer.sums[index],
                                              optimizer.steps[index]))
     lhs_shifts, rhs_shifts = ([next(i for i, p in enumerate(shifts) if p is param)
-                               for param in side] for side in _side_shifts(state))
+                               for param in side] for side in side_shifts)
     edges, loss = task.edges, 0.0
     block = BATCHES_PER_CALL * settings.batch_size  # whole batches, as the batch loop cuts
     for start in range(0, len(edges), block):
