@@ -17,7 +17,7 @@ from tessera.data.batching import (
 )
 from tessera.edgelist import EdgeList, EntityList
 from tessera.seeding import stable_seed
-from tessera.training.hogwild import empty_for_workers
+from tessera.training.hogwild import empty_shared
 
 
 def numbered_edges(rel: list[int]) -> EdgeList:
@@ -80,7 +80,7 @@ def test_a_shuffle_for_worker_processes_lands_in_shared_memory() -> None:
     handing the parts to worker processes copies nothing."""
     edges = numbered_edges([0, 1, 2] * 40)
     private = shuffle_edges(edges, generator(4))
-    shared = shuffle_edges(edges, generator(4), empty_for_workers)
+    shared = shuffle_edges(edges, generator(4), empty_shared)
     for mine, theirs in ((private.rel, shared.rel), (private.lhs.ids, shared.lhs.ids),
                          (private.rhs.ids, shared.rhs.ids)):
         assert torch.equal(mine, theirs)

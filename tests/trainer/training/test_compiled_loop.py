@@ -121,7 +121,7 @@ def test_the_compiled_loop_trains_what_the_batch_loop_trains(case: str) -> None:
 
 def test_a_setup_the_compiled_loop_does_not_cover_takes_the_batch_loop() -> None:
     for overrides in ({"comparator": "cos"}, {"loss_fn": "softmax"},
-                      {"operator": "diagonal"}, {"max_norm": 1.0},
+                      {"operator": "diagonal"}, {"max_norm": 1.0}, {"bias": True},
                       {"regularization_coef": 0.1, "regularizer": "N3"}):
         state, task = worker_case(**overrides)
         assert not compiled_loop.handles(state, task), overrides

@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from tessera.config import parse_config
+from tessera import kernels
+from tessera.config import ConfigSchema, parse_config
 from tessera.errors import ConfigError
 from tessera.model import EmbeddingModel
 from tessera.training.hogwild import HogwildPool, HogwildThreads, make_pool, threads_per_worker
@@ -159,15 +160,38 @@ def test_a_failing_thread_task_raises_in_the_caller_and_restores_intra_op_thread
     assert torch.get_num_threads() == threads
 
 
-def test_the_pool_kind_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def setup_config(**overrides: object) -> ConfigSchema:
+    return parse_config({"entities": {"node": {"num_partitions": 1}},
+                         "relations": [{"name": "r", "lhs": "node", "rhs": "node",
+                                        "operator": "translation"}],
+                         "comparator": "dot", "dimension": 4, "entity_path": "e",
+                         "edge_paths": ["e"], "checkpoint_path": "c", **overrides})
+
+
+def test_workers_are_threads_where_the_compiled_loop_trains_and_processes_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TESSERA_HOGWILD", raising=False)
+    kinds = {HogwildThreads: [setup_config(), setup_config(relations=[
+                 {"name": "r", "lhs": "node", "rhs": "node", "operator": "none"}])],
+             HogwildPool: [setup_config(comparator="cos"), setup_config(loss_fn="softmax"),
+                           setup_config(dynamic_relations=True)]}
+    for kind, configs in kinds.items():
+        for config in configs:
+            with make_pool(config, 2, _fail, None) as pool:
+                assert isinstance(pool, kind), config.to_dict()
+    with kernels.torch_only(), make_pool(setup_config(), 2, _fail, None) as pool:
+        assert isinstance(pool, HogwildPool)  # no compiled loop without the kernels
+
+
+def test_the_environment_chooses_the_pool_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TESSERA_HOGWILD", "fibers")
     with pytest.raises(ConfigError, match="TESSERA_HOGWILD"):
-        make_pool(2, _fail, None)
+        make_pool(setup_config(), 2, _fail, None)
     monkeypatch.setenv("TESSERA_HOGWILD", "threads")
-    with make_pool(2, _fail, None) as pool:
+    with make_pool(setup_config(comparator="cos"), 2, _fail, None) as pool:
         assert isinstance(pool, HogwildThreads)
-    monkeypatch.delenv("TESSERA_HOGWILD")
-    with make_pool(2, _fail, None) as pool:
+    monkeypatch.setenv("TESSERA_HOGWILD", "processes")
+    with make_pool(setup_config(), 2, _fail, None) as pool:
         assert isinstance(pool, HogwildPool)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..config import ConfigSchema
 from ..training.partitions import (
     Partition,
     PartitionLoader,
@@ -135,9 +136,11 @@ class StoragePartitions:
 class RemotePartitions:
     """The trainer's `PartitionSource`: holds what the current bucket needs, nothing more."""
 
-    def __init__(self, backend: PartitionBackend, lock: LockClient) -> None:
+    def __init__(self, backend: PartitionBackend, lock: LockClient,
+                 config: ConfigSchema) -> None:
         self.backend = backend
         self.lock = lock
+        self.config = config
         self.held: dict[PartitionKey, Partition] = {}
         self.traffic = Traffic()
 
@@ -150,7 +153,8 @@ class RemotePartitions:
             fetched = self.backend.fetch(missing)
             self.traffic.bytes_received += sum(map(partition_bytes, fetched.values()))
             self.traffic.swaps += 1
-            self.held.update({key: partition_for_workers(p) for key, p in fetched.items()})
+            self.held.update({key: partition_for_workers(p, self.config)
+                              for key, p in fetched.items()})
         return {key: self.held[key] for key in wanted}
 
     def prefetch(self, keys: Iterable[PartitionKey]) -> None:

@@ -163,7 +163,7 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
         init = CheckpointStore.init_from_config(config)
         state = build_model_state(config, data, store, version, init)
         backend = _backend(world, config, data, store, init, lock, version)
-        partitions = RemotePartitions(backend, lock)
+        partitions = RemotePartitions(backend, lock, config)
         sync = ParameterSync(shared_tensors(state), world.peers,
                              layout.parameter_server_names(), PARAMETER_SYNC_INTERVAL,
                              on_failure=lambda error: exit_now(world, str(error),

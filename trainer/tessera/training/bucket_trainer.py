@@ -20,7 +20,7 @@ from ..evaluation.sampled import rank_against_sampled
 from ..model import EmbeddingModel
 from ..seeding import stable_seed
 from ..vocabulary import PartitionKey
-from .hogwild import HogwildPool, Pool, empty_for_workers
+from .hogwild import HogwildPool, Pool, empty_shared
 from .partitions import Partition
 from .schedule import TrainingStep
 from .worker import BatchSettings, ModelState, WorkerTask, train_part
@@ -73,7 +73,7 @@ class BucketTrainer:
         seed = chunk_seed(step, self.config.seed)
         parts, eval_edges = read_training_edges(
             self.config, self.data, step, self.num_chunks, self.num_workers,
-            empty_for_workers if isinstance(self.pool, HogwildPool) else None)
+            empty_shared if isinstance(self.pool, HogwildPool) else None)
         before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
                                    lhs_keys, rhs_keys)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,

@@ -16,25 +16,30 @@ import torch
 
 from .. import kernels
 from ..config import ConfigSchema
-from ..model.comparators import DotComparator
-from ..model.losses import RankingLoss
 from ..model.negatives import plan_chunking
-from ..model.operators import IdentityOperator, TranslationOperator
+from ..model.operators import TranslationOperator
 from .optimizers import EPSILON
 
 if TYPE_CHECKING:  # the worker calls this module
     from .worker import ModelState, WorkerTask
 
 
+def covers(config: ConfigSchema) -> bool:
+    """Whether runs of `config` train here: the default setup with the compiled kernels on.
+    (Each task is still checked by `handles`.) It decides the default kind of Hogwild worker:
+    threads, which no longer wait for the GIL when the loop runs in one call."""
+    relation = config.relations[0]
+    return (kernels.active() and kernels.CHUNKED and _default_setup(config)
+            and config.comparator == "dot" and not config.bias
+            and config.loss_fn == "ranking" and config.regularization_coef == 0
+            and relation.operator in ("translation", "none")
+            and not any(entity.featurized for entity in config.entities.values()))
+
+
 def handles(state: ModelState, task: WorkerTask) -> bool:
-    """Whether `train_compiled` can train the task: the default setup, compiled kernels on,
-    one intra-op thread (a Hogwild worker's), float32 tables and shifts."""
-    model, config = state.model, state.model.config
-    if not (kernels.active() and kernels.CHUNKED and torch.get_num_threads() == 1):
-        return False
-    if not (_default_setup(config) and type(model.comparator) is DotComparator
-            and isinstance(model.loss_fn, RankingLoss) and model.regularizer is None
-            and type(model.rhs_operators[0]) in (TranslationOperator, IdentityOperator)):
+    """Whether `train_compiled` can train the task: a setup it `covers`, one intra-op thread
+    (a Hogwild worker's), plain (not featurized) edges, float32 tables and shifts."""
+    if not (covers(state.model.config) and torch.get_num_threads() == 1):
         return False
     if task.edges.lhs.is_featurized or task.edges.rhs.is_featurized:
         return False

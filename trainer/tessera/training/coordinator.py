@@ -273,7 +273,7 @@ class TrainingRun:
         the Hogwild workers are started, so that they are forked from a single thread."""
         positions = list(self.schedule.positions(start)) if start is not None else []
         total = edges_per_position(self.config, self.data, self.schedule) * len(positions)
-        pool = make_pool(self.num_workers, train_part, self.state) \
+        pool = make_pool(self.config, self.num_workers, train_part, self.state) \
             if self.num_workers > 1 and positions and not self.devices else None
         trainer = self._bucket_trainer(pool)
         last: BucketOutcome | None = None

@@ -3,13 +3,16 @@
 Workers are started once per run and receive one task per bucket; they update the tables
 without locks, as Hogwild! prescribes: collisions are rare and harmless for sparse updates.
 
-Processes are the default. They are forked when the trainer runs no other thread, so they
-start in milliseconds with the runtime already loaded (its pages shared copy-on-write, not
-imported again) and no lock can be left held by a thread the child does not have; otherwise
-they are spawned. Tables and model live in shared memory, so handing a worker a partition
-costs a file descriptor, not a copy. Threads (`TESSERA_HOGWILD=threads`) use the least
-memory, but the step's ~100 tensor operations per batch each take the GIL back, and two
-threads spend about a fifth of their time waiting for it.
+Threads are the default where the compiled loop trains the setup (`compiled_loop.covers`):
+a worker then spends its time in one call per 32 batches that releases the GIL, and threads
+need no shared memory, so handing over a bucket's edges and partitions costs nothing. In every
+other setup the step's ~100 tensor operations per batch each take the GIL back, two threads
+would spend about a fifth of their time waiting for it, and processes are the default. They
+are forked when the trainer runs no other thread, so they start in milliseconds with the
+runtime already loaded (its pages shared copy-on-write, not imported again) and no lock can be
+left held by a thread the child does not have; otherwise they are spawned. Tables and model
+live in shared memory, so handing a worker a partition costs a file descriptor, not a copy.
+`TESSERA_HOGWILD=threads` or `processes` chooses either way.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from typing import Any, Union
 import torch
 import torch.multiprocessing as mp
 
+from ..config import ConfigSchema
 from ..errors import ConfigError, TransientError
+from . import compiled_loop
 from .allocator import keep_freed_memory, release_freed_memory
 from .libc import libc_function
 
@@ -56,9 +61,12 @@ def die_with_parent() -> bool:
 Pool = Union["HogwildPool", "HogwildThreads"]
 
 
-def workers_are_processes() -> bool:
-    """Processes, unless `TESSERA_HOGWILD=threads` asks for threads."""
-    choice = os.environ.get("TESSERA_HOGWILD", "processes")
+def workers_are_processes(config: ConfigSchema) -> bool:
+    """Processes, unless the compiled loop trains this setup or `TESSERA_HOGWILD` says
+    otherwise (module docstring)."""
+    choice = os.environ.get("TESSERA_HOGWILD")
+    if choice is None:
+        return not compiled_loop.covers(config)
     if choice not in ("threads", "processes"):
         raise ConfigError("TESSERA_HOGWILD (environment)",
                           f"{choice!r} is not a kind of worker: use 'processes' or 'threads'")
@@ -76,24 +84,31 @@ def start_method() -> str:
     return "spawn"
 
 
-def share_with_workers(tensor: torch.Tensor) -> torch.Tensor:
+def share_with_workers(tensor: torch.Tensor, config: ConfigSchema) -> torch.Tensor:
     """`tensor`, moved to shared memory when workers are processes (threads see it as is;
     moving it would copy it for nothing)."""
-    return tensor.share_memory_() if workers_are_processes() else tensor
+    return tensor.share_memory_() if workers_are_processes(config) else tensor
 
 
-def empty_for_workers(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def empty_for_workers(config: ConfigSchema, *shape: int,
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """An uninitialised tensor where workers can update it, to be filled in place (from a
     file, by a random draw, by a gather): no private copy on the way, and none made to move
     it (`share_memory_` would copy what it moves)."""
-    if not workers_are_processes():
+    if not workers_are_processes(config):
         return torch.empty(shape, dtype=dtype)
+    return empty_shared(*shape, dtype=dtype)
+
+
+def empty_shared(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised tensor in shared memory, allocated there (not moved: no copy)."""
     storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
-def make_pool(num_workers: int, function: Callable[[Any, Any], Any], shared: Any) -> Pool:
-    pool_class = HogwildPool if workers_are_processes() else HogwildThreads
+def make_pool(config: ConfigSchema, num_workers: int, function: Callable[[Any, Any], Any],
+              shared: Any) -> Pool:
+    pool_class = HogwildPool if workers_are_processes(config) else HogwildThreads
     return pool_class(num_workers, function, shared)
 
 

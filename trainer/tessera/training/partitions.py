@@ -19,6 +19,7 @@ next bucket trains (one write at a time: one partition more).
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 from collections.abc import Iterable, Mapping
@@ -99,7 +100,7 @@ class PartitionLoader:
                 return self._grown(key, source_version, rows, count)
         else:
             return self._fresh(entity, part, count)
-        table = empty_for_workers(count, self.config.entity_dimension(entity))
+        table = empty_for_workers(self.config, count, self.config.entity_dimension(entity))
         _, blob = source.read_embeddings(entity, part, source_version, num_entities=count,
                                          dimension=table.shape[1], out=table.numpy())
         if blob is None:
@@ -136,7 +137,8 @@ class PartitionLoader:
         type_index = list(self.config.entities).index(entity)
         generator = torch.Generator().manual_seed(stable_seed((self.config.seed, type_index, part)))
         dimension = self.config.entity_dimension(entity)
-        table = empty_for_workers(count, dimension)  # the values torch.randn would draw
+        # Filled with the values torch.randn would draw.
+        table = empty_for_workers(self.config, count, dimension)
         table.normal_(generator=generator).mul_(self.config.init_scale)
         return Partition(table, torch.zeros(count))
 
@@ -168,7 +170,8 @@ class PartitionHolder:
         # The next bucket's partitions, being read (or read) in the background.
         self.prefetched: dict[PartitionKey, Future[Partition]] = {}
         # Held partitions: shared with Hogwild workers, or pinned for a GPU to copy from.
-        self.resident = partition_in_pinned_memory if pinned else partition_for_workers
+        self.resident = partition_in_pinned_memory if pinned \
+            else functools.partial(partition_for_workers, config=config)
 
     @property
     def next_version(self) -> int:
@@ -265,11 +268,12 @@ class PartitionHolder:
         return self.resident(self.loader.load(key, version))
 
 
-def partition_for_workers(partition: Partition) -> Partition:
-    """The partition as tensors where Hogwild workers can update it in place (arrays received
-    from a partition server become tensors first)."""
-    return Partition(embeddings=share_with_workers(torch.as_tensor(partition.embeddings)),
-                     adagrad_sum=share_with_workers(torch.as_tensor(partition.adagrad_sum)))
+def partition_for_workers(partition: Partition, config: ConfigSchema) -> Partition:
+    """The partition as tensors where `config`'s Hogwild workers can update it in place
+    (arrays received from a partition server become tensors first)."""
+    return Partition(
+        embeddings=share_with_workers(torch.as_tensor(partition.embeddings), config),
+        adagrad_sum=share_with_workers(torch.as_tensor(partition.adagrad_sum), config))
 
 
 def partition_in_pinned_memory(partition: Partition) -> Partition:
