@@ -12,6 +12,7 @@ import torch
 from tessera.data.batching import (
     iter_batches,
     shuffle_edges,
+    shuffle_edges_in_place,
     split_among_workers,
     split_holdout,
 )
@@ -85,6 +86,21 @@ def test_a_shuffle_for_worker_processes_lands_in_shared_memory() -> None:
                          (private.rhs.ids, shared.rhs.ids)):
         assert torch.equal(mine, theirs)
         assert theirs.is_shared() and not mine.is_shared()
+
+
+def test_an_in_place_shuffle_reorders_the_columns_it_is_given_as_a_private_shuffle_does(
+        ) -> None:
+    edges = numbered_edges([0, 1, 2] * 40)
+    columns = (edges.rel, edges.lhs.ids, edges.rhs.ids)
+    addresses = [column.data_ptr() for column in columns]
+    private = shuffle_edges(edges, generator(4))
+    in_place = shuffle_edges_in_place(edges, generator(4))
+    assert [column.data_ptr() for column in
+            (in_place.rel, in_place.lhs.ids, in_place.rhs.ids)] == addresses  # no copy
+    for mine, theirs in ((private.rel, in_place.rel), (private.lhs.ids, in_place.lhs.ids),
+                         (private.rhs.ids, in_place.rhs.ids)):
+        assert torch.equal(mine, theirs)
+    assert edge_ids(in_place) != list(range(120))
 
 
 def test_workers_get_equal_contiguous_parts() -> None:

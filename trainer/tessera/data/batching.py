@@ -52,6 +52,18 @@ def shuffle_edges(edges: EdgeList, generator: torch.Generator,
     return EdgeList.from_ids(*columns)
 
 
+def shuffle_edges_in_place(edges: EdgeList, generator: torch.Generator) -> EdgeList:
+    """`shuffle_edges` without a second copy of the bucket: plain columns are reordered in
+    place one at a time (one column's worth of memory on the way), so the caller must own
+    them; featurized edges are gathered into a copy."""
+    if edges.lhs.is_featurized or edges.rhs.is_featurized:
+        return shuffle_edges(edges, generator)
+    order = torch.randperm(len(edges), generator=generator)
+    for column in (edges.rel, edges.lhs.ids, edges.rhs.ids):
+        column.copy_(column.index_select(0, order))
+    return edges
+
+
 def split_among_workers(edges: EdgeList, num_workers: int) -> list[EdgeList]:
     """`num_workers` contiguous parts whose sizes differ by at most one."""
     parts = []

@@ -13,7 +13,12 @@ from typing import Any
 import torch
 
 from ..config import ConfigSchema
-from ..data.batching import shuffle_edges, split_among_workers, split_holdout
+from ..data.batching import (
+    shuffle_edges,
+    shuffle_edges_in_place,
+    split_among_workers,
+    split_holdout,
+)
 from ..data.graph_data import GraphData
 from ..edgelist import EdgeList, EntityList
 from ..evaluation.sampled import rank_against_sampled
@@ -111,16 +116,17 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
                         allocate: Callable[..., torch.Tensor] | None = None
                         ) -> tuple[list[EdgeList], EdgeList]:
     """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges;
-    `allocate`: where the shuffled edges go (`shuffle_edges`).
+    `allocate`: where the shuffled edges go (`shuffle_edges`; None: shuffled in place).
 
-    Only the shuffled copy outlives this call: the chunk as read is dropped here rather
-    than held, a second bucket-sized copy, while the workers train.
+    Only one copy of the chunk outlives this call: with `allocate`, the chunk as read is
+    dropped here rather than held, a second bucket-sized copy, while the workers train.
     """
     edges = data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx, num_chunks)
     train_edges, eval_edges = split_holdout(edges, config.eval_fraction, chunk_identity(step))
     train_edges = sample_old_edges(config, data, step, train_edges)
     generator = torch.Generator().manual_seed(chunk_seed(step, config.seed))
-    shuffled = shuffle_edges(train_edges, generator, allocate)
+    shuffled = shuffle_edges(train_edges, generator, allocate) if allocate is not None \
+        else shuffle_edges_in_place(train_edges, generator)  # read here: ours to reorder
     return split_among_workers(shuffled, num_parts), eval_edges
 
 
