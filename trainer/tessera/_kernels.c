@@ -665,7 +665,7 @@ done:
 
 /* An embedding table of `train_ranking` (mirrored by `tessera.kernels.Table`): its rows
  * [count, dim], one Adagrad accumulator per row and `slots`, `row_adagrad_step`'s int32
- * scratch (one per row, all -1). */
+ * scratch (at least one per row, all -1; both sides' tables may share it). */
 typedef struct {
     float *rows;
     float *row_sum;

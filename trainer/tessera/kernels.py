@@ -240,7 +240,8 @@ class Loop(ctypes.Structure):
 @dataclass(frozen=True)
 class RankingTable:
     """An embedding table [rows, dim] and its Adagrad state for `train_ranking`: one
-    accumulator per row and int32 scratch, one per row, all -1 (and left so)."""
+    accumulator per row and int32 scratch, at least one per row, all -1 (and left so; the
+    two sides' tables may share it, as their steps run one after the other)."""
 
     rows: torch.Tensor
     row_sum: torch.Tensor
@@ -290,7 +291,7 @@ def train_ranking(  # noqa: PLR0913 (the loop's settings)
                                                 side.ids, side.negatives)):
             raise ValueError("train_ranking needs contiguous tensors")
         if table.rows.shape[1] != dim or len(table.row_sum) != len(table.rows) \
-                or len(table.slots) != len(table.rows) or len(side.ids) != len(lhs.ids):
+                or len(table.slots) < len(table.rows) or len(side.ids) != len(lhs.ids):
             raise ValueError(f"tables {tuple(table.rows.shape)}, accumulators "
                              f"{tuple(table.row_sum.shape)}, slots {tuple(table.slots.shape)} "
                              f"and ids {tuple(side.ids.shape)} do not match")

@@ -25,6 +25,7 @@ from ..evaluation.sampled import rank_against_sampled
 from ..model import EmbeddingModel
 from ..seeding import stable_seed
 from ..vocabulary import PartitionKey
+from .allocator import release_freed_memory
 from .hogwild import HogwildPool, Pool, empty_shared
 from .partitions import Partition
 from .schedule import TrainingStep
@@ -127,6 +128,10 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
     generator = torch.Generator().manual_seed(chunk_seed(step, config.seed))
     shuffled = shuffle_edges(train_edges, generator, allocate) if allocate is not None \
         else shuffle_edges_in_place(train_edges, generator)  # read here: ours to reorder
+    del edges, train_edges
+    # The order and the copies on the way are free now; workers that keep freed memory for
+    # their batches (threads: the trainer's own heap) would otherwise hold them all bucket.
+    release_freed_memory()
     return split_among_workers(shuffled, num_parts), eval_edges
 
 

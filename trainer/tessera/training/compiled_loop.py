@@ -90,9 +90,13 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
     settings, config, optimizer = task.settings, state.model.config, state.optimizer
     lhs_part = task.partitions[task.lhs_keys[0]]
     rhs_part = task.partitions[task.rhs_keys[0]]
-    lhs_table = _table(lhs_part.embeddings, lhs_part.adagrad_sum)
+    # One scratch for both tables: their Adagrad steps run one after the other, and each
+    # leaves it as it found it (a partition's worth of int32 per worker, not two).
+    slots = torch.full((max(len(lhs_part.embeddings), len(rhs_part.embeddings)),), -1,
+                       dtype=torch.int32)
+    lhs_table = kernels.RankingTable(lhs_part.embeddings, lhs_part.adagrad_sum, slots)
     rhs_table = lhs_table if rhs_part.embeddings is lhs_part.embeddings \
-        else _table(rhs_part.embeddings, rhs_part.adagrad_sum)
+        else kernels.RankingTable(rhs_part.embeddings, rhs_part.adagrad_sum, slots)
     side_shifts = _side_shifts(state)
     shifts = _shift_parameters(*side_shifts)
     states = []
@@ -119,11 +123,6 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
             weight=config.relations[0].weight, lr=settings.lr,
             shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON)
     return loss
-
-
-def _table(embeddings: torch.Tensor, row_sum: torch.Tensor) -> kernels.RankingTable:
-    return kernels.RankingTable(embeddings, row_sum,
-                                torch.full((len(embeddings),), -1, dtype=torch.int32))
 
 
 def draw_negatives(num_edges: int, batch_size: int, num_batch_negs: int,
