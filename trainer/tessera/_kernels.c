@@ -543,22 +543,22 @@ static double ranking_chunk(int size, int rows, int lhs_extra, int rhs_extra, in
         const float *restrict from = batch_t + (size_t)j * S;
         for (int i = 0; i < S; i++) into[i] += from[i];
     }
-    /* Backward. L', R', B': the score gradients, written over the scores. Each positive
-     * score is the inner product of the edge's two sides. (Row pointers and the factor held
-     * in locals: the compiler cannot tell that the stores miss them, and would not
-     * vectorise.) */
+    /* Backward. L', R', B': the score gradients, written over the scores. Every left row's
+     * gradient takes L'^T r_pos (B' is L's first S columns: one product for all Wl rows);
+     * each positive score is the inner product of the edge's two sides. (Row pointers and
+     * the factor held in locals: the compiler cannot tell that the stores miss them, and
+     * would not vectorise.) */
+    matmul(1, 0, Wl, dim, S, left, Wl, r, dim, 0.0f, l_grad, dim);       /* L'^T r_pos */
     for (int i = 0; i < S; i++) {
         const float factor = pos_grad[i];
         const float *restrict l_row = l + (size_t)i * dim, *restrict r_row = r + (size_t)i * dim;
         float *restrict l_out = l_grad + (size_t)i * dim, *restrict r_out = r_grad + (size_t)i * dim;
         for (int d = 0; d < dim; d++) {
-            l_out[d] = factor * r_row[d];
+            l_out[d] += factor * r_row[d];
             r_out[d] = factor * l_row[d];
         }
     }
-    matmul(1, 0, S, dim, S, left, Wl, r, dim, 1.0f, l_grad, dim);       /* += B'^T r_pos */
     matmul(0, 0, S, dim, Xr, right, Xr, r_extra, dim, 1.0f, l_grad, dim); /* += R' r_extra */
-    matmul(1, 0, Wl - S, dim, S, left + S, Wl, r, dim, 0.0f, l_grad + (size_t)S * dim, dim);
     matmul(0, 0, S, dim, Wl, left, Wl, l, dim, 1.0f, r_grad, dim);       /* += L' l */
     matmul(1, 0, Xr, dim, S, right, Xr, l, dim, 0.0f, r_grad + (size_t)S * dim, dim);
     add_rows(l_grad, Wl, dim, l_grad_sum); /* while they are in cache */
