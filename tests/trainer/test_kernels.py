@@ -59,12 +59,10 @@ def test_row_adagrad_kernel_equals_the_torch_step(needs_kernels,
         monkeypatch.setattr(kernels, "AVAILABLE", available)
         table, row_sum, rows, grads = adagrad_tables(0)
         optimizer = RowAdagrad(table, lr=0.3, row_sum=row_sum)
-        assert (optimizer.slots is not None) == available
+        assert optimizer.use_kernel == available
         optimizer.step(rows, grads.clone())
-        optimizer.step(rows.flip(0), grads.clone())  # twice: the slots were reset after use
+        optimizer.step(rows.flip(0), grads.clone())  # twice: nothing left over from the first
         results.append((table, row_sum))
-        if available:
-            assert bool((optimizer.slots == -1).all())
     (torch_table, torch_sum), (kernel_table, kernel_sum) = results
     untouched = torch.ones(50, dtype=torch.bool)
     untouched[adagrad_tables(0)[2]] = False
@@ -77,13 +75,34 @@ def test_row_adagrad_kernel_equals_the_torch_step(needs_kernels,
 
 def test_row_adagrad_kernel_sums_a_repeated_row_before_its_one_update(needs_kernels) -> None:
     table, row_sum = torch.zeros(2, 4), torch.zeros(2)
-    slots = torch.full((2,), -1, dtype=torch.int32)
     grads = torch.tensor([[1.0, 1, 1, 1], [1.0, 1, 1, 1]])
-    kernels.row_adagrad(table, row_sum, torch.tensor([1, 1]), grads, 0.5, EPSILON, slots)
+    kernels.row_adagrad(table, row_sum, torch.tensor([1, 1]), grads, 0.5, EPSILON)
     # One update with the summed gradient 2: sum = mean(2^2) = 4, step = 0.5 * 2 / sqrt(4).
     assert row_sum.tolist() == [0.0, 4.0]
     torch.testing.assert_close(table[1], torch.full((4,), -0.5))
     assert table[0].abs().sum() == 0
+
+
+def test_row_adagrad_kernel_finds_the_repeats_of_a_large_batch_of_a_large_table(
+        needs_kernels, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of rows, among 2^20 table rows, many repeated and many equal modulo powers
+    of two (which crowd the kernel's table of distinct rows): the torch step's result."""
+    generator = torch.Generator().manual_seed(5)
+    rows = torch.cat([torch.randint(2**20, (3000,), generator=generator),
+                      torch.arange(0, 2**20, 2**12),
+                      torch.randint(40, (1000,), generator=generator)])
+    rows = rows[torch.randperm(len(rows), generator=generator)]
+    grads = torch.randn(len(rows), 3, generator=generator)
+    results = []
+    for available in (False, True):
+        monkeypatch.setattr(kernels, "AVAILABLE", available)
+        table, row_sum = torch.ones(2**20, 3), torch.zeros(2**20)
+        RowAdagrad(table, lr=0.3, row_sum=row_sum).step(rows, grads.clone())
+        results.append((table, row_sum))
+    (torch_table, torch_sum), (kernel_table, kernel_sum) = results
+    assert int((kernel_sum > 0).sum()) == len(rows.unique())
+    torch.testing.assert_close(kernel_table, torch_table, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(kernel_sum, torch_sum, rtol=1e-5, atol=1e-6)
 
 
 def torch_ranking(margin: float, weight: float, num_edges: int, pos_scores: torch.Tensor,
@@ -134,15 +153,14 @@ def test_ranking_loss_kernel_equals_the_torch_loss_in_each_memory_layout(
 
 def test_kernels_refuse_tensors_they_cannot_read(needs_kernels) -> None:
     table, row_sum = torch.zeros(5, 3), torch.zeros(5)
-    slots = torch.full((5,), -1, dtype=torch.int32)
     for bad in (5, -1):  # checked before anything is written
         with pytest.raises(IndexError, match=f"row id {bad} outside the table's 5 rows"):
             kernels.row_adagrad(table, row_sum, torch.tensor([0, bad]), torch.ones(2, 3), 0.1,
-                                EPSILON, slots)
+                                EPSILON)
         assert table.abs().sum() == 0 and row_sum.abs().sum() == 0
     with pytest.raises(ValueError, match="grads: expected a 2-D torch.float32"):
         kernels.row_adagrad(table, row_sum, torch.tensor([1]), torch.ones(1, 3).double(), 0.1,
-                            EPSILON, slots)
+                            EPSILON)
     scores = torch.zeros(2, 3, 4)
     with pytest.raises(ValueError, match="negative block"):
         kernels.ranking_loss(0.1, 1.0, 6, torch.zeros(2, 3), torch.zeros(2, 3).long(),

@@ -304,33 +304,63 @@ static PyObject *ranking_loss(PyObject *self, PyObject *const *args, Py_ssize_t 
 #define PREFETCH_ROW(row, dim, rw) \
     for (Py_ssize_t line_ = 0; line_ < (dim); line_ += 16) __builtin_prefetch((row) + line_, (rw))
 
+/* The distinct rows of one Adagrad step and where each first occurs: an open-addressing
+ * table of at least twice as many slots as rows (a few hundred kilobytes for PBG's batches,
+ * in cache), not one slot per table row (megabytes per worker for a large partition). */
+typedef struct {
+    int64_t *keys;   /* the row held in each slot; -1: empty */
+    int32_t *first;  /* where that row first occurs in the step */
+    int32_t *firsts; /* the first occurrences, in order */
+    int bits;        /* 2^bits slots */
+} RowSet;
+
+/* `set` sized for steps of up to `count` rows; -1 if out of memory (members NULL). */
+static int alloc_row_set(RowSet *set, Py_ssize_t count) {
+    set->bits = 4;
+    while (((Py_ssize_t)1 << set->bits) < 2 * count) set->bits++;
+    size_t slots = (size_t)1 << set->bits;
+    set->keys = PyMem_RawMalloc(sizeof(int64_t) * slots);
+    set->first = PyMem_RawMalloc(sizeof(int32_t) * slots);
+    set->firsts = PyMem_RawMalloc(sizeof(int32_t) * (count > 0 ? count : 1));
+    return set->keys && set->first && set->firsts ? 0 : -1;
+}
+
+static void free_row_set(RowSet *set) {
+    PyMem_RawFree(set->keys);
+    PyMem_RawFree(set->first);
+    PyMem_RawFree(set->firsts);
+}
+
 /* Sums the gradients of repeated rows into their first occurrence, then applies row-wise
- * Adagrad to each distinct row. `slots` (one per table row, all -1 before and after) holds
- * where each row's first occurrence is. */
+ * Adagrad to each distinct row, in the order they first occur. `set` holds at least
+ * `count` rows (`alloc_row_set`). */
 VECTOR_CLONES
 static void row_adagrad_step(float *table, Py_ssize_t dim, float *row_sum,
                              const int64_t *rows, Py_ssize_t count, float *grads, float lr,
-                             float eps, int32_t *slots) {
+                             float eps, const RowSet *set) {
+    const size_t mask = ((size_t)1 << set->bits) - 1;
+    memset(set->keys, 0xff, sizeof(int64_t) * (mask + 1)); /* all -1 */
+    Py_ssize_t distinct = 0;
     for (Py_ssize_t k = 0; k < count; k++) {
-        if (k + PREFETCH_ROWS < count) {
-            int64_t ahead = rows[k + PREFETCH_ROWS];
-            __builtin_prefetch(slots + ahead, 1);
-            __builtin_prefetch(row_sum + ahead, 1);
-        }
-        int32_t first = slots[rows[k]];
-        if (first < 0) {
-            slots[rows[k]] = (int32_t)k;
+        if (k + PREFETCH_ROWS < count) __builtin_prefetch(row_sum + rows[k + PREFETCH_ROWS], 1);
+        const int64_t row = rows[k];
+        size_t at = (size_t)(((uint64_t)row * 0x9E3779B97F4A7C15ull) >> (64 - set->bits));
+        while (set->keys[at] != row && set->keys[at] != -1) at = (at + 1) & mask;
+        if (set->keys[at] == -1) {
+            set->keys[at] = row;
+            set->first[at] = (int32_t)k;
+            set->firsts[distinct++] = (int32_t)k;
             continue;
         }
-        float *into = grads + first * dim;
+        float *into = grads + set->first[at] * dim;
         const float *g = grads + k * dim;
         for (Py_ssize_t d = 0; d < dim; d++) into[d] += g[d];
     }
-    for (Py_ssize_t k = 0; k < count; k++) {
-        if (k + PREFETCH_ROWS < count) PREFETCH_ROW(table + rows[k + PREFETCH_ROWS] * dim, dim, 1);
-        int64_t row = rows[k];
-        if (slots[row] != k) continue; /* a repeat, already summed into its first */
-        slots[row] = -1;
+    for (Py_ssize_t j = 0; j < distinct; j++) {
+        if (j + PREFETCH_ROWS < distinct)
+            PREFETCH_ROW(table + rows[set->firsts[j + PREFETCH_ROWS]] * dim, dim, 1);
+        const Py_ssize_t k = set->firsts[j];
+        const int64_t row = rows[k];
         const float *g = grads + k * dim;
         float squares = 0.0f;
         for (Py_ssize_t d = 0; d < dim; d++) squares += g[d] * g[d];
@@ -367,17 +397,23 @@ static int read_lr_eps(PyObject *const *args, float *lr, float *eps) {
     return 0;
 }
 
-/* row_adagrad(table, dim, row_sum, rows, count, grads, slots, num_rows, lr, eps) */
+/* row_adagrad(table, dim, row_sum, rows, count, grads, num_rows, lr, eps) */
 static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (expect_args("row_adagrad", nargs, 10)) return NULL;
-    Py_ssize_t v[8];
+    if (expect_args("row_adagrad", nargs, 9)) return NULL;
+    Py_ssize_t v[7];
     float lr, eps;
-    if (read_ints(args, 8, v) || read_lr_eps(args + 8, &lr, &eps)) return NULL;
-    if (check_rows((const int64_t *)v[3], v[4], v[7])) return NULL;
+    if (read_ints(args, 7, v) || read_lr_eps(args + 7, &lr, &eps)) return NULL;
+    if (check_rows((const int64_t *)v[3], v[4], v[6])) return NULL;
+    RowSet set;
+    if (alloc_row_set(&set, v[4])) {
+        free_row_set(&set);
+        return PyErr_NoMemory();
+    }
     Py_BEGIN_ALLOW_THREADS
     row_adagrad_step((float *)v[0], v[1], (float *)v[2], (const int64_t *)v[3], v[4],
-                     (float *)v[5], lr, eps, (int32_t *)v[6]);
+                     (float *)v[5], lr, eps, &set);
     Py_END_ALLOW_THREADS
+    free_row_set(&set);
     Py_RETURN_NONE;
 }
 
@@ -664,12 +700,10 @@ done:
 }
 
 /* An embedding table of `train_ranking` (mirrored by `tessera.kernels.Table`): its rows
- * [count, dim], one Adagrad accumulator per row and `slots`, `row_adagrad_step`'s int32
- * scratch (at least one per row, all -1; both sides' tables may share it). */
+ * [count, dim] and one Adagrad accumulator per row. */
 typedef struct {
     float *rows;
     float *row_sum;
-    int32_t *slots;
     Py_ssize_t count;
 } Table;
 
@@ -784,6 +818,7 @@ typedef struct {
     float *grads;    /* their gradients */
     float *scratch;  /* ranking_chunk's */
     float *vectors;  /* 5 x dim: 2 shift sums, 2 gradient sums, a shift's gradient */
+    RowSet distinct; /* the Adagrad steps' (one side's rows, or both sides') */
 } LoopBuffers;
 
 static int alloc_loop_buffers(const Loop *loop, LoopBuffers *b) {
@@ -798,7 +833,9 @@ static int alloc_loop_buffers(const Loop *loop, LoopBuffers *b) {
     b->scratch = PyMem_RawMalloc(
         sizeof(float) * chunk_scratch_floats(size, (int)loop->uniform, (int)loop->uniform));
     b->vectors = PyMem_RawMalloc(sizeof(float) * 5 * dim);
-    return b->rows && b->keys && b->embs && b->grads && b->scratch && b->vectors ? 0 : -1;
+    int distinct = alloc_row_set(&b->distinct, (Py_ssize_t)slots);
+    return b->rows && b->keys && b->embs && b->grads && b->scratch && b->vectors
+           && distinct == 0 ? 0 : -1;
 }
 
 static void free_loop_buffers(LoopBuffers *b) {
@@ -808,6 +845,7 @@ static void free_loop_buffers(LoopBuffers *b) {
     PyMem_RawFree(b->grads);
     PyMem_RawFree(b->scratch);
     PyMem_RawFree(b->vectors);
+    free_row_set(&b->distinct);
 }
 
 /* Trains the edges batch after batch: each batch's rows gathered and shifted, scored chunk
@@ -848,7 +886,7 @@ static double ranking_loop(const Loop *loop, const LoopSide *lhs, const LoopSide
             const Table *t = side ? &rhs->table : &lhs->table;
             row_adagrad_step(t->rows, dim, t->row_sum, b->rows + side * count,
                              same_table ? 2 * count : count, b->grads + side * count * dim,
-                             (float)loop->lr, (float)loop->eps, t->slots);
+                             (float)loop->lr, (float)loop->eps, &b->distinct);
         }
         step_shifts(loop, lhs, rhs, l_sum, r_sum, shift_grad);
     }

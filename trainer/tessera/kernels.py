@@ -208,7 +208,7 @@ def ranking_chunks(  # noqa: PLR0913 (the C entry point's operands; bench/ calls
 class Table(ctypes.Structure):
     """`Table` in _kernels.c: an embedding table with its row-wise Adagrad state."""
 
-    _fields_ = [("rows", Pointer), ("row_sum", Pointer), ("slots", Pointer), ("count", Size)]
+    _fields_ = [("rows", Pointer), ("row_sum", Pointer), ("count", Size)]
 
 
 class Shift(ctypes.Structure):
@@ -240,12 +240,10 @@ class Loop(ctypes.Structure):
 @dataclass(frozen=True)
 class RankingTable:
     """An embedding table [rows, dim] and its Adagrad state for `train_ranking`: one
-    accumulator per row and int32 scratch, at least one per row, all -1 (and left so; the
-    two sides' tables may share it, as their steps run one after the other)."""
+    accumulator per row."""
 
     rows: torch.Tensor
     row_sum: torch.Tensor
-    slots: torch.Tensor
 
 
 @dataclass(frozen=True)
@@ -284,17 +282,16 @@ def train_ranking(  # noqa: PLR0913 (the loop's settings)
         table = side.table
         _expect(table.rows, torch.float32, 2, "table")
         _expect(table.row_sum, torch.float32, 1, "row_sum")
-        _expect(table.slots, torch.int32, 1, "slots")
         _expect(side.ids, torch.int64, 1, "ids")
         _expect(side.negatives, torch.int64, 1, "negatives")
-        if not all(t.is_contiguous() for t in (table.rows, table.row_sum, table.slots,
-                                                side.ids, side.negatives)):
+        if not all(t.is_contiguous() for t in (table.rows, table.row_sum, side.ids,
+                                                side.negatives)):
             raise ValueError("train_ranking needs contiguous tensors")
         if table.rows.shape[1] != dim or len(table.row_sum) != len(table.rows) \
-                or len(table.slots) < len(table.rows) or len(side.ids) != len(lhs.ids):
+                or len(side.ids) != len(lhs.ids):
             raise ValueError(f"tables {tuple(table.rows.shape)}, accumulators "
-                             f"{tuple(table.row_sum.shape)}, slots {tuple(table.slots.shape)} "
-                             f"and ids {tuple(side.ids.shape)} do not match")
+                             f"{tuple(table.row_sum.shape)} and ids {tuple(side.ids.shape)} "
+                             "do not match")
         if len(side.shifts) > SIDE_SHIFTS or any(not 0 <= k < len(shifts)
                                                  for k in side.shifts):
             raise ValueError(f"side shifts {list(side.shifts)} of {len(shifts)}")
@@ -322,30 +319,28 @@ def _loop_side(side: RankingSide) -> LoopSide:
     return LoopSide(ids=side.ids.data_ptr(), negatives=side.negatives.data_ptr(),
                     num_negatives=len(side.negatives),
                     table=Table(rows=table.rows.data_ptr(), row_sum=table.row_sum.data_ptr(),
-                                slots=table.slots.data_ptr(), count=len(table.rows)),
+                                count=len(table.rows)),
                     shifts=(Size * SIDE_SHIFTS)(*padded))
 
 
 def row_adagrad(table: torch.Tensor, row_sum: torch.Tensor, rows: torch.Tensor,
-                grads: torch.Tensor, lr: float, eps: float, slots: torch.Tensor) -> None:
+                grads: torch.Tensor, lr: float, eps: float) -> None:
     """Row-wise Adagrad on `table[rows]`, repeated rows summed first; `grads` [K, dim] is
-    overwritten. `slots` is int32 scratch, one per table row, all -1 (and left so)."""
+    overwritten."""
     _expect(table, torch.float32, 2, "table")
     _expect(grads, torch.float32, 2, "grads")
     _expect(rows, torch.int64, 1, "rows")
     _expect(row_sum, torch.float32, 1, "row_sum")
-    _expect(slots, torch.int32, 1, "slots")
     if not (table.is_contiguous() and grads.is_contiguous() and rows.is_contiguous()
             and row_sum.is_contiguous()):
         raise ValueError("row_adagrad needs contiguous tensors")
-    if grads.shape != (len(rows), table.shape[1]) or len(row_sum) != len(table) \
-            or len(slots) != len(table):
+    if grads.shape != (len(rows), table.shape[1]) or len(row_sum) != len(table):
         raise ValueError(f"rows {tuple(rows.shape)}, grads {tuple(grads.shape)}, table "
-                         f"{tuple(table.shape)}, row sums {tuple(row_sum.shape)} and slots "
-                         f"{tuple(slots.shape)} do not match")
+                         f"{tuple(table.shape)} and row sums {tuple(row_sum.shape)} do not "
+                         "match")
     _kernels.row_adagrad(table.data_ptr(), table.shape[1], row_sum.data_ptr(),
-                         rows.data_ptr(), len(rows), grads.data_ptr(), slots.data_ptr(),
-                         len(table), float(lr), float(eps))  # IndexError for a bad row id
+                         rows.data_ptr(), len(rows), grads.data_ptr(), len(table), float(lr),
+                         float(eps))  # IndexError for a bad row id
 
 
 def gather(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -90,13 +90,9 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
     settings, config, optimizer = task.settings, state.model.config, state.optimizer
     lhs_part = task.partitions[task.lhs_keys[0]]
     rhs_part = task.partitions[task.rhs_keys[0]]
-    # One scratch for both tables: their Adagrad steps run one after the other, and each
-    # leaves it as it found it (a partition's worth of int32 per worker, not two).
-    slots = torch.full((max(len(lhs_part.embeddings), len(rhs_part.embeddings)),), -1,
-                       dtype=torch.int32)
-    lhs_table = kernels.RankingTable(lhs_part.embeddings, lhs_part.adagrad_sum, slots)
+    lhs_table = kernels.RankingTable(lhs_part.embeddings, lhs_part.adagrad_sum)
     rhs_table = lhs_table if rhs_part.embeddings is lhs_part.embeddings \
-        else kernels.RankingTable(rhs_part.embeddings, rhs_part.adagrad_sum, slots)
+        else kernels.RankingTable(rhs_part.embeddings, rhs_part.adagrad_sum)
     side_shifts = _side_shifts(state)
     shifts = _shift_parameters(*side_shifts)
     states = []

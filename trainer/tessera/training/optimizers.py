@@ -81,17 +81,16 @@ class RowAdagrad:
         self.lr = lr
         self.row_sum = row_sum
         self.coalesce = coalesce_rows_without_syncs if without_syncs else coalesce_rows
-        use_kernel = (kernels.active() and not without_syncs and table.dtype == torch.float32
-                      and table.is_contiguous() and row_sum.is_contiguous())
-        # The compiled step's scratch: where each row's gradients are being summed.
-        self.slots = torch.full((len(table),), -1, dtype=torch.int32) if use_kernel else None
+        self.use_kernel = (kernels.active() and not without_syncs
+                           and table.dtype == torch.float32 and table.is_contiguous()
+                           and row_sum.is_contiguous())
 
     def step(self, rows: torch.Tensor, grads: torch.Tensor) -> None:
         """Update `table[rows]` given one gradient per row named, [len(rows), dim]
         (`grads` may be overwritten)."""
-        if self.slots is not None:
+        if self.use_kernel:
             kernels.row_adagrad(self.table, self.row_sum, rows.contiguous(),
-                                grads.contiguous(), self.lr, EPSILON, self.slots)
+                                grads.contiguous(), self.lr, EPSILON)
             return
         rows, grads = self.coalesce(rows, grads)
         # The mean square of each row, without materialising the squares.
