@@ -204,11 +204,11 @@ def table_rows(run: HugeRun, fixed_cost: int, verdict: Verdict) -> list[tuple[st
         ("training edges / held-out edges", f"{run.num_train:,} / {run.num_test:,}"),
         ("embeddings + optimizer state on disk", f"{run.state_bytes / GB:.2f} GB"),
         ("peak PSS: import / train / eval",
-         " / ".join(f"{m.peak_tree_pss / GB:.2f} GB"
+         " / ".join(f"{m.peak_tree_pss / GB:.3f} GB"
                     for m in (run.imported, run.trained, run.evaluated))),
         ("state on disk / peak train PSS", f"{verdict.ratio:.1f}x (goal: 8x)"),
         ("bound: 2 partitions + Adagrad + 1 bucket + fixed cost",
-         f"{verdict.bound / GB:.2f} GB (fixed cost {fixed_cost / GB:.2f} GB)"),
+         f"{verdict.bound / GB:.3f} GB (fixed cost {fixed_cost / GB:.3f} GB)"),
         ("train peak within the bound", "yes" if verdict.within else "NO"),
         ("import", rate(run.num_train + run.num_test, run.imported)),
         ("train (1 epoch)", rate(run.num_train, run.trained)),
