@@ -210,24 +210,3 @@ def test_gather_copies_the_rows_named_in_order_repeats_included(needs_kernels) -
         kernels.gather(table, torch.tensor([1, 1000]))
     with pytest.raises(ValueError, match="rows: expected a 1-D torch.int64"):
         kernels.gather(table, torch.tensor([1, 2], dtype=torch.int32))
-
-
-def test_permute_reorders_a_column_in_place_as_indexing_does(needs_kernels) -> None:
-    generator = torch.Generator().manual_seed(2)
-    for length in (0, 1, 2, 63, 64, 65, 1000):
-        values = torch.randint(-50, 50, (length,), generator=generator)
-        order = torch.randperm(length, generator=generator)
-        expected, address = values[order], values.data_ptr()
-        kernels.permute(values, order)
-        assert torch.equal(values, expected) and values.data_ptr() == address
-
-
-def test_permute_refuses_an_order_that_is_not_a_permutation_and_moves_nothing(
-        needs_kernels) -> None:
-    for order in ([0, 0, 1], [0, 1, 3], [-1, 0, 1]):
-        values = torch.tensor([7, 8, 9])
-        with pytest.raises(ValueError, match="not a permutation"):
-            kernels.permute(values, torch.tensor(order))
-        assert values.tolist() == [7, 8, 9]
-    with pytest.raises(ValueError, match="order of 2 for 3 values"):
-        kernels.permute(torch.tensor([7, 8, 9]), torch.tensor([1, 0]))

@@ -417,55 +417,6 @@ static PyObject *row_adagrad(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-/* Whether `order` holds each of [0, n) once; `seen` holds n bits, all 0 (left set). */
-static int is_permutation(const int64_t *order, Py_ssize_t n, uint64_t *seen) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t j = order[i];
-        if (j < 0 || j >= n || (seen[j >> 6] >> (j & 63) & 1)) return 0;
-        seen[j >> 6] |= (uint64_t)1 << (j & 63);
-    }
-    return 1;
-}
-
-/* values[i] = (old) values[order[i]] for every i, in place: each cycle of the permutation is
- * walked once, one element saved; `done` holds n bits, all 1 (left 0). */
-static void permute_step(int64_t *values, const int64_t *order, Py_ssize_t n, uint64_t *done) {
-    for (Py_ssize_t start = 0; start < n; start++) {
-        if (!(done[start >> 6] >> (start & 63) & 1)) continue;
-        int64_t saved = values[start];
-        Py_ssize_t i = start;
-        for (;;) {
-            done[i >> 6] &= ~((uint64_t)1 << (i & 63));
-            Py_ssize_t j = (Py_ssize_t)order[i];
-            if (j == start) break;
-            values[i] = values[j];
-            i = j;
-        }
-        values[i] = saved;
-    }
-}
-
-/* permute(values, order, n): a ValueError, and nothing moved, unless `order` is a
- * permutation of [0, n). */
-static PyObject *permute(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (expect_args("permute", nargs, 3)) return NULL;
-    Py_ssize_t v[3];
-    if (read_ints(args, 3, v)) return NULL;
-    uint64_t *bits = PyMem_RawCalloc((size_t)(v[2] + 63) / 64 + 1, sizeof(uint64_t));
-    if (bits == NULL) return PyErr_NoMemory();
-    int valid;
-    Py_BEGIN_ALLOW_THREADS
-    valid = is_permutation((const int64_t *)v[1], v[2], bits);
-    if (valid) permute_step((int64_t *)v[0], (const int64_t *)v[1], v[2], bits);
-    Py_END_ALLOW_THREADS
-    PyMem_RawFree(bits);
-    if (!valid) {
-        PyErr_SetString(PyExc_ValueError, "permute: the order is not a permutation");
-        return NULL;
-    }
-    Py_RETURN_NONE;
-}
-
 /* Copies table[rows[k]] to out[k] for each k, asking for rows a few ahead of the copy. */
 static void gather_step(const float *table, Py_ssize_t dim, const int64_t *rows,
                         Py_ssize_t count, float *out) {
@@ -1018,8 +969,6 @@ static PyMethodDef methods[] = {
      "Adagrad step of a small dense parameter, one accumulator per element."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "Rows of a table copied out in the order named, with prefetch."},
-    {"permute", (PyCFunction)(void (*)(void))permute, METH_FASTCALL,
-     "A column reordered in place by a permutation, one element of room."},
     {"ranking_loss", (PyCFunction)(void (*)(void))ranking_loss, METH_FASTCALL,
      "Masked ranking loss of one side's negatives and its score gradients, in one pass."},
     {"softmax_loss", (PyCFunction)(void (*)(void))softmax_loss, METH_FASTCALL,

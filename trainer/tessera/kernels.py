@@ -356,19 +356,6 @@ def gather(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def permute(values: torch.Tensor, order: torch.Tensor) -> None:
-    """`values[:] = values[order]` for an int64 column and a permutation `order` of its
-    positions, in place: no second column on the way (a bucket's shuffle holds one copy of
-    its edges). A ValueError, and nothing moved, if `order` is not a permutation."""
-    for tensor, name in ((values, "values"), (order, "order")):
-        _expect(tensor, torch.int64, 1, name)
-        if not tensor.is_contiguous():
-            raise ValueError(f"permute needs a contiguous {name}")
-    if len(order) != len(values):
-        raise ValueError(f"order of {len(order)} for {len(values)} values")
-    _kernels.permute(values.data_ptr(), order.data_ptr(), len(values))
-
-
 def dense_adagrad(param: torch.Tensor, grad: torch.Tensor, row_sum: torch.Tensor,
                   step: torch.Tensor, lr: float, eps: float) -> None:
     """torch.optim.Adagrad's update of one parameter in place, its accumulator `row_sum`

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from tessera import kernels
 from tessera.edgelist import EdgeList
 from tessera.seeding import stable_seed
 from tessera.vocabulary import chunk_range
@@ -55,16 +54,13 @@ def shuffle_edges(edges: EdgeList, generator: torch.Generator,
 
 def shuffle_edges_in_place(edges: EdgeList, generator: torch.Generator) -> EdgeList:
     """`shuffle_edges` without a second copy of the bucket: plain columns are reordered in
-    place (by `kernels.permute`, or one column at a time through a copy), so the caller must
-    own them; featurized edges are gathered into a copy."""
+    place one at a time (one column's worth of memory on the way), so the caller must own
+    them; featurized edges are gathered into a copy."""
     if edges.lhs.is_featurized or edges.rhs.is_featurized:
         return shuffle_edges(edges, generator)
     order = torch.randperm(len(edges), generator=generator)
     for column in (edges.rel, edges.lhs.ids, edges.rhs.ids):
-        if kernels.active() and column.is_contiguous():
-            kernels.permute(column, order)
-        else:
-            column.copy_(column.index_select(0, order))
+        column.copy_(column.index_select(0, order))
     return edges
 
 
