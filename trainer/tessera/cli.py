@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .errors import ConfigError, TesseraError
+from .openmp_waits import shorten_spinning
 from .progress import Reporter, report_logs
 
 # Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
@@ -48,6 +49,7 @@ def run() -> NoReturn:
     """The `tessera` command: `main`, then the end of a normal exit (other threads waited
     for, exit handlers run, output flushed) without taking the interpreter apart: torch's
     modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
+    shorten_spinning()  # before a subcommand imports torch
     code = main()
     # What the interpreter's exit does first, in its order: threading's exit callbacks (which
     # stop idle thread pools), other threads joined, then exit handlers.
