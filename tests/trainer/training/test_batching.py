@@ -11,6 +11,7 @@ import torch
 
 from tessera.data.batching import (
     iter_batches,
+    random_order,
     shuffle_edges,
     shuffle_edges_in_place,
     split_among_workers,
@@ -101,6 +102,29 @@ def test_an_in_place_shuffle_reorders_the_columns_it_is_given_as_a_private_shuff
                          (private.rhs.ids, in_place.rhs.ids)):
         assert torch.equal(mine, theirs)
     assert edge_ids(in_place) != list(range(120))
+
+
+def test_with_one_relation_type_the_shuffle_adds_only_the_order_to_the_bucket() -> None:
+    edges = numbered_edges([3] * 200)
+    rel, lhs, rhs = (column.data_ptr() for column in (edges.rel, edges.lhs.ids, edges.rhs.ids))
+    private = shuffle_edges(edges, generator(6))
+    in_place = shuffle_edges_in_place(edges, generator(6))
+    # The same three buffers, their roles rotated (each column gathered into the one freed
+    # before it), so no column-sized copy is made on the way.
+    assert (in_place.lhs.ids.data_ptr(), in_place.rhs.ids.data_ptr(),
+            in_place.rel.data_ptr()) == (rel, lhs, rhs)
+    for mine, theirs in ((private.rel, in_place.rel), (private.lhs.ids, in_place.lhs.ids),
+                         (private.rhs.ids, in_place.rhs.ids)):
+        assert torch.equal(mine, theirs)
+    assert in_place.rel.tolist() == [3] * 200 and edge_ids(in_place) != list(range(200))
+    assert len(shuffle_edges_in_place(numbered_edges([]), generator(6))) == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 1000, 300_001])
+def test_the_order_is_torchs_randperm_in_half_the_memory(size: int) -> None:
+    order = random_order(size, generator(size))
+    assert order.dtype == torch.int32
+    assert torch.equal(order.long(), torch.randperm(size, generator=generator(size)))
 
 
 def test_workers_get_equal_contiguous_parts() -> None:

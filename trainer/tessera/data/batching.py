@@ -38,12 +38,20 @@ def split_holdout(edges: EdgeList, eval_fraction: float,
     return edges[(~held_out).nonzero().squeeze(1)], edges[held_out.nonzero().squeeze(1)]
 
 
+def random_order(size: int, generator: torch.Generator) -> torch.Tensor:
+    """A uniformly random permutation of range(size), as `torch.randperm` draws it from
+    `generator`; int32 where it fits: the same positions in half the memory, which for a
+    bucket's order is a sixth of the bucket."""
+    dtype = torch.int32 if size <= torch.iinfo(torch.int32).max else torch.long
+    return torch.randperm(size, generator=generator, dtype=dtype)
+
+
 def shuffle_edges(edges: EdgeList, generator: torch.Generator,
                   allocate: Callable[..., torch.Tensor] | None = None) -> EdgeList:
     """The same edges in a uniformly random order. `allocate(3, n, dtype=torch.long)` gives
     where plain (not featurized) edges are gathered to: shared memory, for worker processes,
     so that handing them over copies nothing."""
-    order = torch.randperm(len(edges), generator=generator)
+    order = random_order(len(edges), generator)
     if allocate is None or edges.lhs.is_featurized or edges.rhs.is_featurized:
         return edges[order]
     columns = allocate(3, len(edges), dtype=torch.long)
@@ -53,13 +61,23 @@ def shuffle_edges(edges: EdgeList, generator: torch.Generator,
 
 
 def shuffle_edges_in_place(edges: EdgeList, generator: torch.Generator) -> EdgeList:
-    """`shuffle_edges` without a second copy of the bucket: plain columns are reordered in
-    place one at a time (one column's worth of memory on the way), so the caller must own
-    them; featurized edges are gathered into a copy."""
+    """`shuffle_edges` in the memory of the edges given, which the caller must own (featurized
+    edges are gathered into a copy). With one relation type its column is the scratch: the
+    shuffled left ids go there, the right ones where the left ones were, and the right
+    column becomes the relation column, so only the order is added to the bucket. Otherwise
+    each column is reordered through one column-sized copy."""
     if edges.lhs.is_featurized or edges.rhs.is_featurized:
         return shuffle_edges(edges, generator)
-    order = torch.randperm(len(edges), generator=generator)
-    for column in (edges.rel, edges.lhs.ids, edges.rhs.ids):
+    if len(edges) == 0:
+        return edges
+    order = random_order(len(edges), generator)
+    rel, lhs, rhs = edges.rel, edges.lhs.ids, edges.rhs.ids
+    low, high = torch.aminmax(rel)
+    if low == high:
+        torch.index_select(lhs, 0, order, out=rel)
+        torch.index_select(rhs, 0, order, out=lhs)
+        return EdgeList.from_ids(rhs.fill_(low), rel, lhs)
+    for column in (rel, lhs, rhs):
         column.copy_(column.index_select(0, order))
     return edges
 

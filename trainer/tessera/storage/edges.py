@@ -331,9 +331,9 @@ def _check_ids(url: str, name: str, ids: np.ndarray, bound: int | None, first_ro
     if bound is None:
         return
     checked = ids if data is None else data
+    if len(checked) == 0 or (checked.min() >= 0 and checked.max() < bound):
+        return  # no bucket-sized temporaries on the way
     bad = np.flatnonzero((checked < 0) | (checked >= bound))
-    if not len(bad):
-        return
     position = int(bad[0])
     if offsets is None:
         raise FormatError(url, f"{name} id {checked[position]} at row {first_row + position} "

@@ -63,7 +63,10 @@ def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Ite
             if local_path is None:
                 stack.enter_context(_cyclic_gc_paused())
             source = local_path or stack.enter_context(directory.open_read(name))
-            file = stack.enter_context(h5py.File(source, "r"))
+            # No chunk cache: readers take whole row ranges, which HDF5 then reads straight
+            # into their arrays; a cache (1 MiB per dataset) would only add to a bucket's
+            # memory.
+            file = stack.enter_context(h5py.File(source, "r", rdcc_nbytes=0))
         except FileNotFoundError as error:
             raise BadInputError(f"{url}: file not found{missing_hint}") from error
         except OSError as error:  # h5py's way of saying "truncated" or "not HDF5 at all"
