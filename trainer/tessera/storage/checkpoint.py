@@ -136,7 +136,7 @@ class CheckpointStore:
                                                      self._resolve(version)))
 
     def write_embeddings(self, version: int, entity_type: str, part: int,
-                         embeddings: np.ndarray, optimizer_state: bytes | None = None,
+                         embeddings: np.ndarray, optimizer_state: bytes | memoryview | None = None,
                          metadata: Mapping[str, MetadataValue] | None = None) -> None:
         """Write one partition's embeddings (and optimizer state) for a future version."""
         self._check_writable(version)
@@ -216,7 +216,7 @@ class CheckpointStore:
     # Model parameters.
 
     def write_model(self, version: int, params: ModelParameters,
-                    optimizer_state: bytes | None = None,
+                    optimizer_state: bytes | memoryview | None = None,
                     metadata: Mapping[str, MetadataValue] | None = None) -> None:
         """Write the shared parameters (relation operators, global embeddings) for a version."""
         self._check_writable(version)
@@ -474,7 +474,7 @@ def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
     return params
 
 
-def _write_optimizer_state(file: h5py.File, state: bytes | None) -> None:
+def _write_optimizer_state(file: h5py.File, state: bytes | memoryview | None) -> None:
     if state is not None:
         # Opaque bytes ("V1"), as PBG writes them; a uint8 array reads back the same.
         file.create_dataset(OPTIMIZER_STATE_DATASET, data=np.frombuffer(state, _OPAQUE_BYTE))

@@ -48,11 +48,17 @@ class Partition:
     adagrad_sum: torch.Tensor  # float32 [num_entities]
 
 
-def serialize_row_state(adagrad_sum: torch.Tensor, lr: float) -> bytes:
-    """The optimizer state of a partition, laid out like a torch Optimizer state dict."""
+def serialize_row_state(adagrad_sum: torch.Tensor, lr: float) -> memoryview:
+    """The optimizer state of a partition, laid out like a torch Optimizer state dict: the
+    saved bytes themselves, not a copy (a partition's sums are megabytes, written while both
+    of a bucket's partitions are held)."""
+    owns_storage = (adagrad_sum.storage_offset() == 0 and adagrad_sum.is_contiguous()
+                    and adagrad_sum.untyped_storage().nbytes() == adagrad_sum.nbytes)
+    # torch.save writes a tensor's whole storage: a view is saved from a copy of itself.
+    row_sum = adagrad_sum if owns_storage else adagrad_sum.clone()
     buffer = io.BytesIO()
-    torch.save(row_adagrad_state(adagrad_sum.clone(), lr), buffer)
-    return buffer.getvalue()
+    torch.save(row_adagrad_state(row_sum, lr), buffer)
+    return buffer.getbuffer()
 
 
 def deserialize_row_state(blob: bytes, num_rows: int, url: str) -> torch.Tensor | None:
