@@ -101,7 +101,8 @@ class EdgeList:
 
     def pin_memory(self) -> EdgeList:
         """A copy in page-locked host memory, from which copies to a GPU run asynchronously."""
-        return EdgeList(rel=self.rel.pin_memory(), lhs=self.lhs.pin_memory(),
+        # contiguous: a relation column of one relation type is a broadcast view of one id.
+        return EdgeList(rel=self.rel.contiguous().pin_memory(), lhs=self.lhs.pin_memory(),
                         rhs=self.rhs.pin_memory())
 
     @staticmethod

@@ -63,9 +63,10 @@ def shuffle_edges(edges: EdgeList, generator: torch.Generator,
 def shuffle_edges_in_place(edges: EdgeList, generator: torch.Generator) -> EdgeList:
     """`shuffle_edges` in the memory of the edges given, which the caller must own (featurized
     edges are gathered into a copy). With one relation type its column is the scratch: the
-    shuffled left ids go there, the right ones where the left ones were, and the right
-    column becomes the relation column, so only the order is added to the bucket. Otherwise
-    each column is reordered through one column-sized copy."""
+    shuffled left ids go there and the right ones where the left ones were, so only the order
+    is added to the bucket, and the right column's memory is let go: the relation ids, all
+    one value, become a broadcast view of it. Otherwise each column is reordered through one
+    column-sized copy."""
     if edges.lhs.is_featurized or edges.rhs.is_featurized:
         return shuffle_edges(edges, generator)
     if len(edges) == 0:
@@ -76,7 +77,7 @@ def shuffle_edges_in_place(edges: EdgeList, generator: torch.Generator) -> EdgeL
     if low == high:
         torch.index_select(lhs, 0, order, out=rel)
         torch.index_select(rhs, 0, order, out=lhs)
-        return EdgeList.from_ids(rhs.fill_(low), rel, lhs)
+        return EdgeList.from_ids(low.reshape(1).expand(len(edges)), rel, lhs)
     for column in (rel, lhs, rhs):
         column.copy_(column.index_select(0, order))
     return edges
