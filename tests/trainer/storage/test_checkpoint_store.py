@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import tracemalloc
 
@@ -17,6 +18,7 @@ from tessera.storage import checkpoint as checkpoint_module
 from tessera.storage import fs as fs_module
 from tessera.storage.checkpoint import CheckpointStore, should_preserve
 from tessera.storage.fs import Directory
+from tessera.storage.hdf5 import DatasetFile
 
 CONFIG = {
     "entities": {"user": {"num_partitions": 2}, "item": {"num_partitions": 1}},
@@ -464,3 +466,64 @@ def test_the_stores_of_a_config_are_at_its_checkpoint_and_init_paths(tmp_path) -
         dataclasses.replace(config, init_path=str(tmp_path / "init")))
     assert init is not None and init.directory.url == str(tmp_path / "init")
     assert init.directory.retry_timeout == 7
+
+
+def test_a_state_is_saved_and_read_through_a_file_over_its_dataset(local_dir):
+    """What torch.save and torch.load do with the optimizer state: write it piece by piece,
+    read it back by seeking and reading into their own buffers."""
+    store = CheckpointStore(local_dir)
+
+    def save(file):
+        file.write(b"\x00head")
+        file.write(memoryview(np.arange(4, dtype=np.float32)))
+
+    def read(file):
+        header = file.read(5)
+        values = np.empty(4, dtype=np.float32)
+        assert file.readinto(memoryview(values).cast("B")) == 16
+        file.seek(-4, io.SEEK_END)
+        return header, values, file.tell(), file.read(), file.read(), file.seek(0)
+
+    store.write_embeddings(1, "user", 0, embeddings_of(1, "user", 0), save)
+    _, state = store.read_embeddings("user", 0, 1, read_state=read)
+    header, values, position, last, after_end, start = state
+    assert header == b"\x00head" and position == 17 and after_end == b"" and start == 0
+    np.testing.assert_array_equal(values, np.arange(4, dtype=np.float32))
+    assert last == np.float32(3).tobytes()
+    # Stored as the bytes themselves (opaque bytes, as PBG stores a torch.save blob).
+    _, blob = store.read_embeddings("user", 0, 1)
+    assert blob == b"\x00head" + np.arange(4, dtype=np.float32).tobytes()
+
+
+def test_a_state_that_saves_other_bytes_when_saved_again_is_refused(local_dir):
+    store = CheckpointStore(local_dir)
+
+    def saving(sizes):
+        sizes = iter(sizes)
+        return lambda file: file.write(b"x" * next(sizes))
+
+    with pytest.raises(ValueError, match="2 bytes, then 1 when saved again"):
+        store.write_embeddings(1, "user", 0, embeddings_of(1, "user", 0), saving([2, 1]))
+    with pytest.raises(OSError, match="writing 2 bytes at 0 would pass the end of a dataset "
+                                      "of 1"):
+        store.write_embeddings(1, "user", 0, embeddings_of(1, "user", 0), saving([1, 2]))
+    assert not store.has_embeddings("user", 0, 1)  # nothing was published
+
+
+def test_a_file_over_a_dataset_stops_at_its_end(tmp_path):
+    with h5py.File(tmp_path / "state.h5", "w") as file:
+        target = DatasetFile(file.create_dataset("state", shape=(3,), dtype="V1"))
+        assert target.writable() and target.write(b"ab") == 2
+        with pytest.raises(OSError, match="writing 2 bytes at 2 would pass the end of a "
+                                          "dataset of 3"):
+            target.write(b"cd")
+        with pytest.raises(ValueError, match="negative seek position -1"):
+            target.seek(-1)
+        with pytest.raises(ValueError, match="1-D dataset of bytes"):
+            DatasetFile(file.create_dataset("table", shape=(2, 2), dtype=np.float32))
+    with h5py.File(tmp_path / "state.h5", "r") as file:
+        source = DatasetFile(file["state"])
+        assert not source.writable()
+        buffer = bytearray(5)
+        assert source.readinto(buffer) == 3 and buffer[:2] == b"ab"
+        assert source.readinto(buffer) == 0

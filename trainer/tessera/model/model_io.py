@@ -9,9 +9,10 @@ relation operators: those start the first rows, the new ones start as in a fresh
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import torch
@@ -48,12 +49,9 @@ def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
     names = model.public_parameter_names()
     params = {names[key]: (key, tensor.detach().numpy().copy())
               for key, tensor in model.state_dict().items()}
-    blob = None
-    if optimizer is not None:
-        buffer = io.BytesIO()
-        torch.save(optimizer.state_dict(), buffer)
-        blob = buffer.getvalue()
-    store.write_model(version, params, blob, metadata)
+    saved_state = None if optimizer is None \
+        else functools.partial(torch.save, optimizer.state_dict())
+    store.write_model(version, params, saved_state, metadata)
 
 
 def load_model(store: CheckpointStore, version: int | None, model: EmbeddingModel,
@@ -83,7 +81,8 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
                           f"{f' (and {more} more)' if more > 0 else ''}; {_REMEDIES[origin]}")
     model.load_state_dict({key: state[key] for key in expected})
     if optimizer is not None and blob is not None:
-        saved = load_optimizer_state(blob, url)
+        # Read after the parameters were checked: a file of another config says so first.
+        saved = load_optimizer_state(io.BytesIO(blob), url)
         if grown:
             _grow_optimizer_state(saved, optimizer.state_dict())
         try:
@@ -115,14 +114,14 @@ def _grow_optimizer_state(saved: Any, current: dict[str, Any]) -> None:
             found["sum"] = torch.cat([old, torch.zeros_like(new[len(old):])])
 
 
-def load_optimizer_state(blob: bytes, url: str) -> Any:
+def load_optimizer_state(file: BinaryIO, url: str) -> Any:
     """An optimizer state saved with torch.save, as a checkpoint file stores it.
 
     Only tensors and plain containers are accepted (weights_only), so a damaged or foreign
     blob is a bad checkpoint file, reported with its location, never code to run.
     """
     try:
-        return torch.load(io.BytesIO(blob), weights_only=True)
+        return torch.load(file, weights_only=True)
     except Exception as error:  # torch raises pickle, zip and runtime errors alike
         raise FormatError(url, f"the optimizer state (optimizer/state_dict) cannot be read "
                                f"({type(error).__name__}); restore this file from a copy, or "

@@ -5,7 +5,8 @@
 - `edges`: edge buckets `edges_{lhs}_{rhs}.h5`, appended to and read by row range.
 - `checkpoint`: versioned, crash-safe checkpoints (`CheckpointStore`).
 
-This package never imports torch: optimizer states travel as the bytes torch.save produced,
+This package never imports torch: optimizer states travel as the bytes torch.save produced
+(or through a binary file over their dataset, which torch.save and torch.load use directly),
 embeddings and parameters as numpy arrays.
 """
 

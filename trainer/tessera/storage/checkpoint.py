@@ -17,19 +17,26 @@ PBG's unversioned names (`model.h5`, `embeddings_{type}_{part}.h5`), which is wh
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar, cast, overload
 
 import h5py
 import numpy as np
 
 from ..errors import BadInputError, FormatError, TesseraError
 from .fs import Directory, StorageSettings
-from .hdf5 import FORMAT_VERSION_ATTR, check_format_version, reading_hdf5, writing_hdf5
+from .hdf5 import (
+    FORMAT_VERSION_ATTR,
+    DatasetFile,
+    check_format_version,
+    reading_hdf5,
+    writing_hdf5,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,12 @@ STATE_DICT_KEY_ATTR = "state_dict_key"
 # A parameter's public name -> (its key in the model's state dict, its values).
 ModelParameters = dict[str, tuple[str, np.ndarray]]
 MetadataValue = str | int | float | bool
+# An optimizer state to write: the bytes torch.save produced, or a function that saves it into
+# a binary file. The function is called twice, to size the dataset and then to fill it, and
+# must write the same bytes both times (torch.save of one state does): a partition's state
+# then goes from its tensors to the file with no copy of it in memory.
+OptimizerState = bytes | Callable[[BinaryIO], object]
+State = TypeVar("State")
 
 # PBG stores the optimizer's torch.save() blob as 1-byte opaque HDF5 elements.
 _OPAQUE_BYTE = np.dtype("V1")
@@ -136,7 +149,7 @@ class CheckpointStore:
                                                      self._resolve(version)))
 
     def write_embeddings(self, version: int, entity_type: str, part: int,
-                         embeddings: np.ndarray, optimizer_state: bytes | memoryview | None = None,
+                         embeddings: np.ndarray, optimizer_state: OptimizerState | None = None,
                          metadata: Mapping[str, MetadataValue] | None = None) -> None:
         """Write one partition's embeddings (and optimizer state) for a future version."""
         self._check_writable(version)
@@ -157,13 +170,29 @@ class CheckpointStore:
             check_format_version(file, url)
             return int(_embeddings_dataset(file, url, None, None).shape[0])
 
+    @overload
     def read_embeddings(self, entity_type: str, part: int, version: int | None = None, *,
                         num_entities: int | None = None, dimension: int | None = None,
-                        out: np.ndarray | None = None) -> tuple[np.ndarray, bytes | None]:
+                        out: np.ndarray | None = None,
+                        read_state: None = None) -> tuple[np.ndarray, bytes | None]: ...
+
+    @overload
+    def read_embeddings(self, entity_type: str, part: int, version: int | None = None, *,
+                        num_entities: int | None = None, dimension: int | None = None,
+                        out: np.ndarray | None = None,
+                        read_state: Callable[[BinaryIO], State]
+                        ) -> tuple[np.ndarray, State | None]: ...
+
+    def read_embeddings(self, entity_type: str, part: int, version: int | None = None, *,
+                        num_entities: int | None = None, dimension: int | None = None,
+                        out: np.ndarray | None = None,
+                        read_state: Callable[[BinaryIO], Any] | None = None
+                        ) -> tuple[np.ndarray, Any]:
         """One partition's float32 embeddings and optimizer state (None if not saved).
 
         `num_entities` and `dimension`, when given, are checked against the file; `out` (for
         instance a shared-memory tensor's array) receives the values without another copy.
+        The state is its bytes, or what `read_state` reads from it as a binary file.
         """
         version = self._resolve(version)
         name = embeddings_file(entity_type, part, version)
@@ -179,7 +208,7 @@ class CheckpointStore:
                 raise FormatError(url, f"embeddings have shape {dataset.shape}, expected "
                                        f"{out.shape}")
             _read_in_slices(dataset, out)
-            return out, _read_optimizer_state(file, url)
+            return out, _read_optimizer_state(file, url, read_state)
 
     def embedding_blocks(self, entity_type: str, part: int, version: int, *, block_rows: int,
                          num_entities: int | None = None,
@@ -216,7 +245,7 @@ class CheckpointStore:
     # Model parameters.
 
     def write_model(self, version: int, params: ModelParameters,
-                    optimizer_state: bytes | memoryview | None = None,
+                    optimizer_state: OptimizerState | None = None,
                     metadata: Mapping[str, MetadataValue] | None = None) -> None:
         """Write the shared parameters (relation operators, global embeddings) for a version."""
         self._check_writable(version)
@@ -232,14 +261,26 @@ class CheckpointStore:
                 dataset.attrs[STATE_DICT_KEY_ATTR] = state_dict_key
             _write_optimizer_state(file, optimizer_state)
 
-    def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
-        """The parameters by public name, with their state-dict keys, and the optimizer state."""
+    @overload
+    def read_model(self, version: int | None = None, *,
+                   read_state: None = None) -> tuple[ModelParameters, bytes | None]: ...
+
+    @overload
+    def read_model(self, version: int | None = None, *,
+                   read_state: Callable[[BinaryIO], State]
+                   ) -> tuple[ModelParameters, State | None]: ...
+
+    def read_model(self, version: int | None = None, *,
+                   read_state: Callable[[BinaryIO], Any] | None = None
+                   ) -> tuple[ModelParameters, Any]:
+        """The parameters by public name, with their state-dict keys, and the optimizer state
+        (as in `read_embeddings`)."""
         version = self._resolve(version)
         name = model_file(version)
         url = self.directory.url_of(name)
         with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
             check_format_version(file, url)
-            return _read_parameters(file, url), _read_optimizer_state(file, url)
+            return _read_parameters(file, url), _read_optimizer_state(file, url, read_state)
 
     def read_metadata(self, version: int | None = None, *,
                       entity: tuple[str, int] | None = None) -> dict[str, MetadataValue]:
@@ -474,20 +515,52 @@ def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
     return params
 
 
-def _write_optimizer_state(file: h5py.File, state: bytes | memoryview | None) -> None:
-    if state is not None:
-        # Opaque bytes ("V1"), as PBG writes them; a uint8 array reads back the same.
-        file.create_dataset(OPTIMIZER_STATE_DATASET, data=np.frombuffer(state, _OPAQUE_BYTE))
+def _write_optimizer_state(file: h5py.File, state: OptimizerState | None) -> None:
+    if state is None:
+        return
+    save = state if callable(state) else (lambda target: target.write(state))
+    size = _bytes_saved(save)
+    # Opaque bytes ("V1"), as PBG writes them; a uint8 array reads back the same.
+    dataset = file.create_dataset(OPTIMIZER_STATE_DATASET, shape=(size,), dtype=_OPAQUE_BYTE)
+    target = DatasetFile(dataset)
+    save(cast(BinaryIO, target))
+    if target.tell() != size:
+        raise ValueError(f"the optimizer state was {size} bytes, then {target.tell()} when "
+                         "saved again: a state must save the same bytes each time")
 
 
-def _read_optimizer_state(file: h5py.File, url: str) -> bytes | None:
+class _ByteCounter(io.RawIOBase):
+    """A binary file that keeps only how many bytes were written into it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, buffer: Any) -> int:
+        size = memoryview(buffer).nbytes
+        self.count += size
+        return size
+
+
+def _bytes_saved(save: Callable[[BinaryIO], object]) -> int:
+    counter = _ByteCounter()
+    save(cast(BinaryIO, counter))  # a binary file that only counts
+    return counter.count
+
+
+def _read_optimizer_state(file: h5py.File, url: str,
+                          read: Callable[[BinaryIO], Any] | None) -> Any:
     if OPTIMIZER_STATE_DATASET not in file:
         return None
     dataset = file[OPTIMIZER_STATE_DATASET]
     if dataset.ndim != 1 or dataset.dtype.itemsize != 1:
         raise FormatError(url, f"'{OPTIMIZER_STATE_DATASET}' must be a 1-D array of bytes, "
                                f"found shape {dataset.shape} of {dataset.dtype}")
-    return dataset[()].tobytes()
+    source = DatasetFile(dataset)
+    return source.read() if read is None else read(cast(BinaryIO, source))
 
 
 def _write_metadata(file: h5py.File, metadata: Mapping[str, MetadataValue] | None) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import h5py
 import numpy as np
@@ -82,6 +84,68 @@ def writing_hdf5(directory: Directory, name: str) -> Iterator[h5py.File]:
     with directory.writing(name) as temp_path, h5py.File(temp_path, "w", rdcc_nbytes=0) as file:
         file.attrs[FORMAT_VERSION_ATTR] = FORMAT_VERSION
         yield file
+
+
+class DatasetFile(io.RawIOBase):
+    """A 1-D dataset of bytes as a seekable binary file, read and written in place.
+
+    torch.save writes into a file piece by piece and torch.load reads each tensor into its
+    own memory (`readinto`): through this file a saved optimizer state moves between the
+    dataset and the tensors without a copy of the whole state in memory beside them.
+    """
+
+    def __init__(self, dataset: h5py.Dataset) -> None:
+        super().__init__()
+        if dataset.ndim != 1 or dataset.dtype.itemsize != 1:
+            raise ValueError(f"expected a 1-D dataset of bytes, got shape {dataset.shape} "
+                             f"of {dataset.dtype}")
+        self.dataset = dataset
+        self.size = len(dataset)
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return bool(self.dataset.file.mode == "r+")
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        start = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        if start + offset < 0:
+            raise ValueError(f"negative seek position {start + offset}")
+        self.position = start + offset
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        target = np.frombuffer(buffer, dtype=self.dataset.dtype)
+        count = max(0, min(len(target), self.size - self.position))
+        if count:  # HDF5 rejects empty selections
+            self.dataset.read_direct(target, source_sel=np.s_[self.position:self.position + count],
+                                     dest_sel=np.s_[:count])
+        self.position += count
+        return count
+
+    def readall(self) -> bytes:
+        rest = bytearray(max(0, self.size - self.position))
+        self.readinto(rest)
+        return bytes(rest)
+
+    def write(self, buffer: Any) -> int:
+        data = np.frombuffer(buffer, dtype=self.dataset.dtype)
+        end = self.position + len(data)
+        if end > self.size:
+            raise OSError(f"writing {len(data)} bytes at {self.position} would pass the "
+                          f"end of a dataset of {self.size}")
+        if len(data):
+            self.dataset.write_direct(data, dest_sel=np.s_[self.position:end])
+        self.position = end
+        return len(data)
 
 
 def check_format_version(file: h5py.File, url: str) -> None:

@@ -20,12 +20,11 @@ next bucket trains (one write at a time: one partition more).
 from __future__ import annotations
 
 import functools
-import io
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -48,23 +47,22 @@ class Partition:
     adagrad_sum: torch.Tensor  # float32 [num_entities]
 
 
-def serialize_row_state(adagrad_sum: torch.Tensor, lr: float) -> memoryview:
-    """The optimizer state of a partition, laid out like a torch Optimizer state dict: the
-    saved bytes themselves, not a copy (a partition's sums are megabytes, written while both
-    of a bucket's partitions are held)."""
+def save_row_state(adagrad_sum: torch.Tensor, lr: float) -> Callable[[BinaryIO], None]:
+    """What saves a partition's optimizer state (laid out like a torch Optimizer state dict)
+    into a checkpoint file: the file receives the sums' own bytes, with no copy of them in
+    memory (a partition's sums are megabytes, written while both of a bucket's partitions
+    are held)."""
     owns_storage = (adagrad_sum.storage_offset() == 0 and adagrad_sum.is_contiguous()
                     and adagrad_sum.untyped_storage().nbytes() == adagrad_sum.nbytes)
     # torch.save writes a tensor's whole storage: a view is saved from a copy of itself.
     row_sum = adagrad_sum if owns_storage else adagrad_sum.clone()
-    buffer = io.BytesIO()
-    torch.save(row_adagrad_state(row_sum, lr), buffer)
-    return buffer.getbuffer()
+    return functools.partial(torch.save, row_adagrad_state(row_sum, lr))
 
 
-def deserialize_row_state(blob: bytes, num_rows: int, url: str) -> torch.Tensor | None:
+def load_row_state(file: BinaryIO, num_rows: int, url: str) -> torch.Tensor | None:
     """The accumulators from a saved state (`url` names its file), or None if of another
     shape."""
-    state = load_optimizer_state(blob, url)
+    state = load_optimizer_state(file, url)
     row_sum = state.get("state", {}).get(0, {}).get("sum")
     if isinstance(row_sum, torch.Tensor) and row_sum.shape == (num_rows,):
         return row_sum.float()
@@ -107,12 +105,10 @@ class PartitionLoader:
         else:
             return self._fresh(entity, part, count)
         table = empty_for_workers(self.config, count, self.config.entity_dimension(entity))
-        _, blob = source.read_embeddings(entity, part, source_version, num_entities=count,
-                                         dimension=table.shape[1], out=table.numpy())
-        if blob is None:
-            return Partition(table, torch.zeros(count))
-        row_sum = deserialize_row_state(
-            blob, count, source.directory.url_of(embeddings_file(entity, part, source_version)))
+        url = source.directory.url_of(embeddings_file(entity, part, source_version))
+        _, row_sum = source.read_embeddings(
+            entity, part, source_version, num_entities=count, dimension=table.shape[1],
+            out=table.numpy(), read_state=lambda file: load_row_state(file, count, url))
         return Partition(table, torch.zeros(count) if row_sum is None else row_sum)
 
     def write(self, key: PartitionKey, partition: Partition, version: int,
@@ -121,7 +117,7 @@ class PartitionLoader:
         entity, part = key
         self.checkpoint.write_embeddings(
             version, entity, part, partition.embeddings.numpy(),
-            serialize_row_state(partition.adagrad_sum, self.config.lr), metadata)
+            save_row_state(partition.adagrad_sum, self.config.lr), metadata)
 
     def _grown(self, key: PartitionKey, version: int, rows: int, count: int) -> Partition:
         """A partition whose first `rows` rows (and their optimizer state) start from
@@ -132,9 +128,9 @@ class PartitionLoader:
         check_grown_partition(self.config, self.init, entity, part, rows, count, url)
         partition = self._fresh(entity, part, count)
         known = partition.embeddings[:rows]
-        _, blob = self.init.read_embeddings(entity, part, version, num_entities=rows,
-                                            dimension=known.shape[1], out=known.numpy())
-        row_sum = deserialize_row_state(blob, rows, url) if blob is not None else None
+        _, row_sum = self.init.read_embeddings(
+            entity, part, version, num_entities=rows, dimension=known.shape[1],
+            out=known.numpy(), read_state=lambda file: load_row_state(file, rows, url))
         if row_sum is not None:
             partition.adagrad_sum[:rows] = row_sum
         return partition
