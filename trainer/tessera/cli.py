@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from .errors import ConfigError, TesseraError
 from .openmp_waits import shorten_spinning
 from .progress import Reporter, report_logs
+from .training.allocator import one_heap_for_all_threads
 
 # Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -50,6 +51,7 @@ def run() -> NoReturn:
     for, exit handlers run, output flushed) without taking the interpreter apart: torch's
     modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
     shorten_spinning()  # before a subcommand imports torch
+    one_heap_for_all_threads()  # before any thread starts
     code = main()
     # What the interpreter's exit does first, in its order: threading's exit callbacks (which
     # stop idle thread pools), other threads joined, then exit handlers.

@@ -75,6 +75,48 @@ def test_a_freed_batch_tensor_stays_in_the_heap_until_the_bucket_ends() -> None:
     assert released >= 24
 
 
+# How many heaps glibc's allocator has after two threads each allocated 8 MB, as workers do
+# (after `keep_freed_memory`), run as the `tessera` command runs a subcommand ("command") or
+# in a plain process.
+HEAPS_AFTER_TWO_THREADS = """
+import ctypes, sys, tempfile, threading
+import numpy as np
+from tessera.training.allocator import keep_freed_memory
+libc = ctypes.CDLL("libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+def count_heaps(argv=None):
+    keep_freed_memory()
+    blocks = []
+    threads = [threading.Thread(target=lambda: blocks.append(np.ones(2**20))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with tempfile.NamedTemporaryFile() as report:
+        stream = ctypes.c_void_p(libc.fopen(report.name.encode(), b"w"))
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        print(open(report.name).read().count("<heap nr="), flush=True)
+    return 0
+if sys.argv[1] == "command":
+    import tessera.cli as cli
+    cli.main = count_heaps
+    cli.run()
+count_heaps()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+@pytest.mark.parametrize(("started_as", "heaps"), [("command", 1), ("plain", 3)])
+def test_the_commands_threads_allocate_from_one_heap(started_as: str, heaps: int) -> None:
+    """So that trimming between buckets hands back all their free memory: of a thread's own
+    heap glibc keeps the free top (over a many-bucket run, a Hogwild thread's heap would stay
+    as large as it ever grew)."""
+    result = subprocess.run([sys.executable, "-c", HEAPS_AFTER_TWO_THREADS, started_as],
+                            capture_output=True, text=True, check=True, timeout=60)
+    assert int(result.stdout) == heaps
+
+
 # A parent that starts a pool of two workers, prints their pids and waits to be killed.
 PARENT_OF_A_POOL = """
 import sys, time

@@ -3,7 +3,9 @@
 Inside a bucket, every batch allocates and frees the same few megabytes of tensors: that
 memory is kept for the next batch (`keep_freed_memory`). Between buckets it is handed back
 (`release_freed_memory`), so what a worker or the trainer holds while the partitions are
-swapped is only what it uses. Both are no-ops (returning False) without glibc.
+swapped is only what it uses. The `tessera` command has all its threads allocate from one
+heap (`one_heap_for_all_threads`), so that this reaches the Hogwild threads' memory too. All
+are no-ops (returning False) without glibc.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from .libc import libc_function
 
 # glibc mallopt parameters, and the values workers use (see `keep_freed_memory`).
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # the largest glibc accepts
 TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 
@@ -44,3 +46,16 @@ def release_freed_memory() -> bool:
         return False
     malloc_trim(0)
     return True
+
+
+def one_heap_for_all_threads() -> bool:
+    """Make every thread of the process allocate from its main heap; False without glibc.
+
+    glibc gives threads heaps of their own, of which `malloc_trim` hands back the free blocks
+    but not the free memory at their top: over a run of many buckets, each Hogwild thread's
+    heap stays as large as it ever grew. With one heap, trimming between buckets hands back
+    all that is free. Called before any other thread starts; worker threads allocate a few
+    times per compiled call (32 batches), so they hardly ever wait for the heap's lock.
+    """
+    mallopt = libc_function("mallopt")
+    return bool(mallopt and mallopt(M_ARENA_MAX, 1))
