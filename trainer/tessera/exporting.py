@@ -22,7 +22,7 @@ from .model.featurized_entities import featurized_entity_embeddings
 from .progress import Reporter, Task
 from .publishing import staged_directory
 from .querying.names import partition_names
-from .storage.checkpoint import CheckpointStore
+from .storage.checkpoint import CheckpointStore, unread
 from .storage.entities import (
     read_entity_counts,
     read_relation_names,
@@ -145,7 +145,7 @@ def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, ent
     """
     for part, count in enumerate(counts):
         embeddings, _ = store.read_embeddings(entity, part, version, num_entities=count,
-                                              dimension=dimension)
+                                              dimension=dimension, read_state=unread)
         yield partition_names(entity_dir, entity, part, count), embeddings
         task.advance(count, entity_type=entity)
 

@@ -527,3 +527,22 @@ def test_a_file_over_a_dataset_stops_at_its_end(tmp_path):
         buffer = bytearray(5)
         assert source.readinto(buffer) == 3 and buffer[:2] == b"ab"
         assert source.readinto(buffer) == 0
+
+
+def test_a_reader_without_use_for_the_state_leaves_it_in_the_file(local_dir):
+    """Evaluation and export read embeddings only: the state (megabytes per partition) is
+    not read into memory for them."""
+    store = CheckpointStore(local_dir)
+    state = bytes(4 * 2**20)
+    store.write_embeddings(1, "user", 0, embeddings_of(1, "user", 0), state)
+    out = np.empty((5, 4), dtype=np.float32)
+    peaks = []
+    for read_state in (None, checkpoint_module.unread):
+        tracemalloc.start()
+        try:
+            _, read = store.read_embeddings("user", 0, 1, out=out, read_state=read_state)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert read == (state if read_state is None else None)
+    assert peaks[0] >= len(state) > 16 * peaks[1]

@@ -28,7 +28,7 @@ from ..errors import BadInputError
 from ..model import EmbeddingModel
 from ..model.model_io import load_model
 from ..progress import Reporter
-from ..storage.checkpoint import CheckpointStore
+from ..storage.checkpoint import CheckpointStore, unread
 from ..storage.entity_features import EntityFeatures
 from .featurized import entity_tables, featurized_side_ids, read_featurized_entities
 from .filtering import KnownEdges, mask_known
@@ -216,7 +216,8 @@ def _read_partition(config: ConfigSchema, data: GraphData, store: CheckpointStor
     entity, part = key
     embeddings, _ = store.read_embeddings(entity, part, version,
                                           num_entities=data.entity_counts[entity][part],
-                                          dimension=config.entity_dimension(entity))
+                                          dimension=config.entity_dimension(entity),
+                                          read_state=unread)
     return torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
 
 

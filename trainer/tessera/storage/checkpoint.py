@@ -67,6 +67,11 @@ _VERSIONED_FILE = re.compile(r"(?:model|embeddings_.+_\d+)\.v(\d+)\.h5")
 _NON_NEGATIVE_INTEGER = re.compile(r"[0-9]+")
 
 
+def unread(file: BinaryIO) -> None:
+    """A `read_state` for readers of embeddings that have no use for the optimizer state: it
+    stays in the file (a partition's is megabytes)."""
+
+
 def model_file(version: int) -> str:
     return "model.h5" if version == 0 else f"model.v{version}.h5"
 
