@@ -86,8 +86,11 @@ libc = ctypes.CDLL("libc.so.6")
 libc.fopen.restype = ctypes.c_void_p
 def count_heaps(argv=None):
     keep_freed_memory()
-    blocks = []
-    threads = [threading.Thread(target=lambda: blocks.append(np.ones(2**20))) for _ in range(2)]
+    blocks, both_allocated = [], threading.Barrier(2)
+    def allocate():  # both threads alive at once: neither takes over the other's heap
+        blocks.append(np.ones(2**20))
+        both_allocated.wait()
+    threads = [threading.Thread(target=allocate) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
