@@ -266,26 +266,15 @@ class CheckpointStore:
                 dataset.attrs[STATE_DICT_KEY_ATTR] = state_dict_key
             _write_optimizer_state(file, optimizer_state)
 
-    @overload
-    def read_model(self, version: int | None = None, *,
-                   read_state: None = None) -> tuple[ModelParameters, bytes | None]: ...
-
-    @overload
-    def read_model(self, version: int | None = None, *,
-                   read_state: Callable[[BinaryIO], State]
-                   ) -> tuple[ModelParameters, State | None]: ...
-
-    def read_model(self, version: int | None = None, *,
-                   read_state: Callable[[BinaryIO], Any] | None = None
-                   ) -> tuple[ModelParameters, Any]:
+    def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
         """The parameters by public name, with their state-dict keys, and the optimizer state
-        (as in `read_embeddings`)."""
+        (a model's is small: read as bytes)."""
         version = self._resolve(version)
         name = model_file(version)
         url = self.directory.url_of(name)
         with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
             check_format_version(file, url)
-            return _read_parameters(file, url), _read_optimizer_state(file, url, read_state)
+            return _read_parameters(file, url), _read_optimizer_state(file, url, None)
 
     def read_metadata(self, version: int | None = None, *,
                       entity: tuple[str, int] | None = None) -> dict[str, MetadataValue]:
