@@ -1,6 +1,6 @@
 """Each hand-written fast path beside the library call it stands in for, in one table.
 
-Three fast paths, each measured against its alternative in the same run, A and B
+Four fast paths, each measured against its alternative in the same run, A and B
 alternating, medians of `--repeats` runs with the spread (min-max), since this machine's
 speed drifts from run to run:
 
@@ -9,6 +9,9 @@ speed drifts from run to run:
 - `DenseAdagrad` against `torch.optim.Adagrad` (fused, and foreach) on dense parameters of
   the sizes models have: time per step, and the first step in a fresh process (what each
   Hogwild worker pays);
+- the in-place bucket shuffle (`kernels.shuffle_columns`, Fisher-Yates over the two id
+  columns) against `torch.randperm` and two `index_select`s (what it replaced, which holds an
+  order and a copy of each column): milliseconds per shuffle of `--shuffle-edges` edges;
 - the importer's name dictionary (fingerprints in a `KeyTable`) against
   `pyarrow.compute.dictionary_encode` (and `pandas.factorize` when pandas is installed) on
   `--keys` string keys, `--distinct` of them distinct, in the importer's blocks: keys/s and
@@ -217,6 +220,50 @@ def optimizer_rows(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+# --- the in-place shuffle against randperm and index_select ------------------------------
+
+def shuffle_times(sizes: Sequence[int], repeats: int) -> dict[tuple[int, str], list[float]]:
+    """Seconds per shuffle of two int64 columns of each size, one thread, the two ways
+    alternating (run in a fresh process: torch's thread count is set for it)."""
+    import torch
+
+    from tessera import kernels
+    from tessera.data.batching import random_order
+
+    torch.set_num_threads(1)
+    generator = torch.Generator().manual_seed(0)
+    times: dict[tuple[int, str], list[float]] = {}
+    for size in sizes:
+        columns = [torch.randint(0, size, (size,)) for _ in range(2)]
+
+        def in_place(columns: list[Any] = columns) -> float:
+            seed = int(torch.randint(2 ** 62, (), generator=generator))
+            started = time.perf_counter()
+            kernels.shuffle_columns(columns, seed)
+            return time.perf_counter() - started
+
+        def gathered(columns: list[Any] = columns, size: int = size) -> float:
+            started = time.perf_counter()
+            order = random_order(size, generator)
+            for column in columns:
+                column.index_select(0, order)
+            return time.perf_counter() - started
+
+        in_place(), gathered()  # first touches of the pages
+        ours, theirs = alternate(repeats, in_place, gathered)
+        times[size, "ours"], times[size, "theirs"] = ours, theirs
+    return times
+
+
+def shuffle_rows(args: argparse.Namespace) -> list[Row]:
+    print("timing the bucket shuffle...", flush=True)
+    sizes = args.shuffle_edges
+    times = in_fresh_process(shuffle_times, sizes, args.repeats)
+    return [Row("in-place shuffle", f"{size:,} edges, 2 id columns", "ms per shuffle (1 thread)",
+                [1e3 * t for t in times[size, "ours"]], "randperm + 2 index_select",
+                [1e3 * t for t in times[size, "theirs"]], ",.1f") for size in sizes]
+
+
 # --- the importer's name dictionary against Arrow and pandas --------------------------
 
 def string_keys(count: int, distinct: int) -> Any:
@@ -328,14 +375,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="optimizer steps timed per run")
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--distinct", type=int, default=1_000_000)
-    parser.add_argument("--only", choices=["kernels", "optimizer", "dictionary"], nargs="+",
-                        default=["kernels", "optimizer", "dictionary"])
+    parser.add_argument("--shuffle-edges", type=int, nargs="+", default=[312_500, 2_000_000],
+                        help="bucket sizes shuffled")
+    parser.add_argument("--only", choices=["kernels", "optimizer", "shuffle", "dictionary"],
+                        nargs="+", default=["kernels", "optimizer", "shuffle", "dictionary"])
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    sections = {"kernels": training_rows, "optimizer": optimizer_rows,
+    sections = {"kernels": training_rows, "optimizer": optimizer_rows, "shuffle": shuffle_rows,
                 "dictionary": dictionary_rows}
     rows = [row for name in args.only for row in sections[name](args)]
     print_rows(rows, args.repeats)

@@ -36,6 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_train import (  # noqa: E402
     ENTITY_TYPE,
+    FIXED_COST_GRAPH,
     GB,
     OUTPUT,
     Measurement,
@@ -56,9 +57,9 @@ HUGE = GraphSpec(edges=200_000_000, nodes=20_000_000)
 HUGE_PARTITIONS = 32
 # Uniform negatives each held-out edge is ranked against, per side (plus the batch's).
 EVAL_UNIFORM_NEGATIVES = 1000
-# Epochs of the fixed-cost run (one bucket each, in one partition): its peak settles only after
-# some buckets (the heaps' steady size, and enough samples of a process whose memory moves by
-# megabytes within a bucket): 0.258 GB after one bucket, 0.260 after 16 to 48, measured.
+# Epochs of the fixed-cost run (one bucket each, in one partition): as many buckets as it
+# takes the heaps to reach their steady size (0.258 GB after one bucket, 0.260 after 16 to 48,
+# measured when each compiled call still allocated its own buffers).
 FIXED_COST_EPOCHS = 32
 
 
@@ -263,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         graph = generate(spec, args.held_out, FOLDER)
         run = run_all(FOLDER, graph, args.partitions, args.lr)
         print("measuring the fixed cost...", flush=True)
-        # In one partition: in 32 the small graph's buckets (195 edges) never fill a
+        # In one partition: in 32 the small graph's buckets (62 edges) never fill a
         # worker's batch buffers, which every bucket of the large graph does.
         fixed = fixed_cost_pss(Tessera(), 1, args.lr, FIXED_COST_EPOCHS, args.seed,
                                look_ahead=False)
@@ -275,7 +276,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"\nOne epoch of bench_train.py's config (dimension {dimension}, 2 Hogwild "
               "workers), TESSERA_PREFETCH=0, background_io off. Peak PSS of each command's "
               "process tree, sampled every 0.5 s; fixed cost: the same training on a graph of "
-              f"200,000 edges and 2,000 nodes in one partition ({FIXED_COST_EPOCHS} epochs), "
+              f"{FIXED_COST_GRAPH.edges:,} edges and {FIXED_COST_GRAPH.nodes:,} nodes in one "
+              f"partition ({FIXED_COST_EPOCHS} epochs), "
               "less its own partition and bucket. Held-out edges ranked by `tessera eval` "
               f"against the batch's and {EVAL_UNIFORM_NEGATIVES} uniform negatives per side.")
         print_table(table_rows(run, fixed, verdict))

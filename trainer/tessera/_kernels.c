@@ -19,7 +19,9 @@
  *   gather         copies the rows a batch names out of an embedding table, asking for the
  *                  (random) rows of a large table ahead of time;
  *   dense_adagrad  steps a small dense parameter (operators, global embeddings): one call
- *                  instead of five tensor operations whose overhead outweighs the work.
+ *                  instead of five tensor operations whose overhead outweighs the work;
+ *   shuffle_columns reorders a bucket's id columns in place by one random permutation
+ *                  (Fisher-Yates), so that a shuffle holds neither an order nor a copy.
  *
  * Tensors arrive as addresses and element strides, grouped in structures with named fields
  * (Block, Positives, Batch, Side; `tessera.kernels` mirrors each as a ctypes.Structure and
@@ -424,6 +426,95 @@ static void gather_step(const float *table, Py_ssize_t dim, const int64_t *rows,
         if (k + PREFETCH_ROWS < count) PREFETCH_ROW(table + rows[k + PREFETCH_ROWS] * dim, dim, 0);
         memcpy(out + k * dim, table + rows[k] * dim, sizeof(float) * dim);
     }
+}
+
+/* xoshiro256** (Blackman and Vigna), seeded through splitmix64: the shuffle's random
+ * numbers, one 64-bit draw per swap. */
+typedef struct {
+    uint64_t s[4];
+} Xoshiro;
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void xoshiro_seed(Xoshiro *r, uint64_t seed) {
+    for (int k = 0; k < 4; k++) r->s[k] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static inline uint64_t xoshiro_next(Xoshiro *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, bound) with no modulo bias: the high word of a 128-bit product, redrawn in
+ * the rare case its low word falls in the biased range (Lemire's method). */
+static inline uint64_t draw_below(Xoshiro *r, uint64_t bound) {
+    __uint128_t m = (__uint128_t)xoshiro_next(r) * bound;
+    if ((uint64_t)m < bound) {
+        uint64_t threshold = -bound % bound;
+        while ((uint64_t)m < threshold) m = (__uint128_t)xoshiro_next(r) * bound;
+    }
+    return (uint64_t)(m >> 64);
+}
+
+#define SHUFFLE_COLUMNS 3
+#define SHUFFLE_AHEAD 32
+
+/* Fisher-Yates from the last position down, the same swaps applied to every column. The
+ * partners of the next SHUFFLE_AHEAD positions are drawn first and their cache lines asked
+ * for, since in a column larger than the cache each one is a miss. */
+static void shuffle_step(int64_t *const *columns, int num_columns, Py_ssize_t count,
+                         Xoshiro *rng) {
+    Py_ssize_t partners[SHUFFLE_AHEAD];
+    for (Py_ssize_t top = count - 1; top > 0; top -= SHUFFLE_AHEAD) {
+        int block = top < SHUFFLE_AHEAD ? (int)top : SHUFFLE_AHEAD;
+        for (int k = 0; k < block; k++) {
+            partners[k] = (Py_ssize_t)draw_below(rng, (uint64_t)(top - k) + 1);
+            for (int c = 0; c < num_columns; c++) __builtin_prefetch(columns[c] + partners[k], 1);
+        }
+        for (int k = 0; k < block; k++) {
+            Py_ssize_t i = top - k, j = partners[k];
+            for (int c = 0; c < num_columns; c++) {
+                int64_t held = columns[c][i];
+                columns[c][i] = columns[c][j];
+                columns[c][j] = held;
+            }
+        }
+    }
+}
+
+/* shuffle_columns(seed, count, column, ...): one to three int64 columns of `count` elements */
+static PyObject *shuffle_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 3 || nargs > 2 + SHUFFLE_COLUMNS) {
+        PyErr_SetString(PyExc_TypeError, "shuffle_columns takes a seed, a count and 1 to 3 "
+                                         "columns");
+        return NULL;
+    }
+    unsigned long long seed = PyLong_AsUnsignedLongLongMask(args[0]);
+    Py_ssize_t v[1 + SHUFFLE_COLUMNS];
+    if ((seed == (unsigned long long)-1 && PyErr_Occurred()) || read_ints(args + 1, nargs - 1, v))
+        return NULL;
+    int64_t *columns[SHUFFLE_COLUMNS];
+    for (Py_ssize_t c = 0; c < nargs - 2; c++) columns[c] = (int64_t *)v[1 + c];
+    Xoshiro rng;
+    xoshiro_seed(&rng, seed);
+    Py_BEGIN_ALLOW_THREADS
+    shuffle_step(columns, (int)(nargs - 2), v[0], &rng);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
 }
 
 /* gather(table, dim, rows, count, out, num_rows) */
@@ -916,8 +1007,63 @@ static int check_side(const Loop *loop, const LoopSide *side, const char *name) 
 /* train_ranking(loop, lhs, rhs): PBG's default setup (ranking loss, batch and uniform
  * negatives on both sides, inner products, shifts at most) over a worker's edges in one call;
  * the same steps as the batch loop of `tessera.training.worker.train_part`. */
+/* A worker's loop buffers, kept from one `train_ranking` call to the next (a capsule's
+ * contents): allocated for every call, two threads' buffers and the allocations between
+ * calls left the heap more fragmented at each call, a few megabytes over a bucket. `loop`
+ * holds the sizes they were made for. */
+typedef struct {
+    Loop loop;
+    LoopBuffers buffers;
+} Workspace;
+
+#define WORKSPACE "tessera._kernels.Workspace"
+
+static void free_workspace(PyObject *capsule) {
+    Workspace *w = PyCapsule_GetPointer(capsule, WORKSPACE);
+    if (w == NULL) return;
+    free_loop_buffers(&w->buffers);
+    PyMem_RawFree(w);
+}
+
+static Py_ssize_t effective_batch(const Loop *loop) {
+    return loop->batch_size < loop->edges ? loop->batch_size : loop->edges;
+}
+
+/* loop_buffers(loop): buffers for `train_ranking` calls whose batches are at most
+ * loop.batch_size edges (and loop.edges) with its chunk size, negatives and dimension. */
+static PyObject *loop_buffers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (expect_args("loop_buffers", nargs, 1)) return NULL;
+    Workspace *w = PyMem_RawCalloc(1, sizeof(Workspace));
+    if (w == NULL) return PyErr_NoMemory();
+    if (read_struct(args[0], "loop", &w->loop, sizeof w->loop)) {
+        PyMem_RawFree(w);
+        return NULL;
+    }
+    if (w->loop.batch_size < 1 || w->loop.chunk_size < 1 || w->loop.edges < 1) {
+        PyMem_RawFree(w);
+        PyErr_SetString(PyExc_ValueError, "loop_buffers: bad batch, chunk or edge count");
+        return NULL;
+    }
+    if (alloc_loop_buffers(&w->loop, &w->buffers)) {
+        free_loop_buffers(&w->buffers);
+        PyMem_RawFree(w);
+        return PyErr_NoMemory();
+    }
+    PyObject *capsule = PyCapsule_New(w, WORKSPACE, free_workspace);
+    if (capsule == NULL) {
+        free_loop_buffers(&w->buffers);
+        PyMem_RawFree(w);
+    }
+    return capsule;
+}
+
+/* train_ranking(loop, lhs, rhs[, buffers]): without `loop_buffers`' buffers, the call
+ * allocates its own. */
 static PyObject *train_ranking(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (expect_args("train_ranking", nargs, 3)) return NULL;
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "train_ranking takes 3 or 4 arguments");
+        return NULL;
+    }
     if (needs_matrix_product("train_ranking")) return NULL;
     Loop loop;
     LoopSide lhs, rhs;
@@ -931,21 +1077,34 @@ static PyObject *train_ranking(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     if (check_side(&loop, &lhs, "left") || check_side(&loop, &rhs, "right")) return NULL;
-    LoopBuffers buffers;
+    Workspace *kept = NULL;
+    if (nargs == 4) {
+        kept = PyCapsule_GetPointer(args[3], WORKSPACE);
+        if (kept == NULL) return NULL;
+        if (effective_batch(&loop) > effective_batch(&kept->loop) ||
+            loop.chunk_size != kept->loop.chunk_size || loop.uniform != kept->loop.uniform ||
+            loop.dim != kept->loop.dim) {
+            PyErr_SetString(PyExc_ValueError, "train_ranking: the buffers were made for "
+                                              "other batches");
+            return NULL;
+        }
+    }
+    LoopBuffers own;
+    const LoopBuffers *buffers = kept ? &kept->buffers : &own;
     PyObject *result = NULL;
-    if (alloc_loop_buffers(&loop, &buffers)) {
+    if (kept == NULL && alloc_loop_buffers(&loop, &own)) {
         PyErr_NoMemory();
         goto done;
     }
     double loss;
     Py_BEGIN_ALLOW_THREADS
     int threads = set_blas_threads ? set_blas_threads(1) : 0;
-    loss = ranking_loop(&loop, &lhs, &rhs, &buffers);
+    loss = ranking_loop(&loop, &lhs, &rhs, buffers);
     if (set_blas_threads) set_blas_threads(threads);
     Py_END_ALLOW_THREADS
     result = PyFloat_FromDouble(loss);
 done:
-    free_loop_buffers(&buffers);
+    if (kept == NULL) free_loop_buffers(&own);
     return result;
 }
 
@@ -975,10 +1134,14 @@ static PyMethodDef methods[] = {
      "Masked softmax loss of one side's negatives and its score gradients, row by row."},
     {"ranking_chunks", (PyCFunction)(void (*)(void))ranking_chunks, METH_FASTCALL,
      "Scores, ranking loss and embedding gradients of a batch, chunk by chunk."},
+    {"loop_buffers", (PyCFunction)(void (*)(void))loop_buffers, METH_FASTCALL,
+     "Buffers that a worker's train_ranking calls share (a capsule)."},
     {"train_ranking", (PyCFunction)(void (*)(void))train_ranking, METH_FASTCALL,
      "PBG's default setup trained over a worker's edges, batch after batch, in one call."},
     {"row_adagrad", (PyCFunction)(void (*)(void))row_adagrad, METH_FASTCALL,
      "Row-wise Adagrad step on the rows a batch touched, repeats summed."},
+    {"shuffle_columns", (PyCFunction)(void (*)(void))shuffle_columns, METH_FASTCALL,
+     "Equal-length int64 columns reordered in place by one random permutation."},
     {"use_matrix_product", (PyCFunction)(void (*)(void))use_matrix_product, METH_FASTCALL,
      "Sets the BLAS functions (by address) that ranking_chunks calls."},
     {NULL, NULL, 0, NULL}};

@@ -268,15 +268,25 @@ class RankingSide:
     shifts: Sequence[int]
 
 
+def ranking_buffers(edges: int, batch_size: int, chunk_size: int, uniform: int,
+                    dim: int) -> object:
+    """Buffers for the `train_ranking` calls of a worker's `edges` edges (whose batches are at
+    most `batch_size` edges, with these chunk size, uniform negatives and dimension): made
+    once for all its calls, they are freed with the object returned."""
+    return _kernels.loop_buffers(Loop(edges=edges, batch_size=batch_size, chunk_size=chunk_size,
+                                      uniform=uniform, dim=dim))
+
+
 def train_ranking(  # noqa: PLR0913 (the loop's settings)
         lhs: RankingSide, rhs: RankingSide, shifts: Sequence[ShiftParameter], *,
         batch_size: int, chunk_size: int, uniform: int, margin: float, weight: float,
-        lr: float, shift_lr: float, eps: float) -> float:
+        lr: float, shift_lr: float, eps: float, buffers: object | None = None) -> float:
     """Train on the edges (lhs.ids[i], rhs.ids[i]) batch after batch with PBG's default setup
     (ranking loss, batch and uniform negatives on both sides, inner products), updating the
     tables and shifts in place; returns the summed loss times `weight`. Each batch is what
     the batch loop computes for it (`closed_form_gradients` with `ranking_chunks`, then
-    `RowAdagrad` and `DenseAdagrad` steps): same chunks, padding, masks and updates."""
+    `RowAdagrad` and `DenseAdagrad` steps): same chunks, padding, masks and updates.
+    `buffers` (`ranking_buffers`) are used instead of the call's own."""
     dim = lhs.table.rows.shape[1] if lhs.table.rows.dim() == 2 else -1
     for side in (lhs, rhs):
         table = side.table
@@ -310,7 +320,9 @@ def train_ranking(  # noqa: PLR0913 (the loop's settings)
                 shift=(Shift * MAX_SHIFTS)(*(
                     Shift(value=s.value.data_ptr(), sum=s.sum.data_ptr(),
                           step=s.step.data_ptr()) for s in shifts)))
-    return _kernels.train_ranking(loop, _loop_side(lhs), _loop_side(rhs))
+    sides = (loop, _loop_side(lhs), _loop_side(rhs))
+    return _kernels.train_ranking(*sides) if buffers is None \
+        else _kernels.train_ranking(*sides, buffers)
 
 
 def _loop_side(side: RankingSide) -> LoopSide:
@@ -354,6 +366,20 @@ def gather(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     _kernels.gather(table.data_ptr(), table.shape[1], rows.data_ptr(), len(rows),
                     out.data_ptr(), len(table))  # raises IndexError for a bad row id
     return out
+
+
+def shuffle_columns(columns: Sequence[torch.Tensor], seed: int) -> None:
+    """Reorder one to three equal-length, contiguous int64 CPU columns in place by one
+    uniformly random permutation drawn from `seed` (Fisher-Yates; the same seed, the same
+    permutation): a bucket shuffled with no order array and no copy of a column."""
+    if not 1 <= len(columns) <= 3:
+        raise ValueError(f"shuffle_columns takes 1 to 3 columns, got {len(columns)}")
+    for column in columns:
+        _expect(column, torch.int64, 1, "column")
+        if not column.is_contiguous() or len(column) != len(columns[0]):
+            raise ValueError("shuffle_columns needs contiguous columns of one length, got "
+                             f"{[tuple(c.shape) for c in columns]}")
+    _kernels.shuffle_columns(seed, len(columns[0]), *(column.data_ptr() for column in columns))
 
 
 def dense_adagrad(param: torch.Tensor, grad: torch.Tensor, row_sum: torch.Tensor,

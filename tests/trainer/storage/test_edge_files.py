@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import tracemalloc
 
 import h5py
 import numpy as np
@@ -222,6 +223,34 @@ def test_ids_out_of_range_are_reported_with_their_row(local_dir, bounds, message
         read_bucket(local_dir, 0, 1, **bounds)
     # Rows outside the range read are not checked (nor read).
     assert len(read_bucket(local_dir, 0, 1, 0, 1, num_lhs=50, num_rhs=5, num_relations=2)) == 1
+
+
+def test_with_one_relation_type_a_bucket_holds_no_relation_column(local_dir):
+    """Its relation ids are checked a chunk at a time (all 0) and stand as a broadcast view
+    of one 0: reading n edges allocates the two id columns, 16 bytes an edge, not 24."""
+    num_edges = 3 * CHUNK_ROWS + 17
+    _, lhs, rhs = random_edges(num_edges)
+    write_bucket(local_dir, 0, 1, np.zeros(num_edges, dtype=np.int64), lhs, rhs)
+    tracemalloc.start()
+    try:
+        edges = read_bucket(local_dir, 0, 1, 5, num_relations=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(edges) == num_edges - 5 and edges.rel.strides == (0,)
+    np.testing.assert_array_equal(edges.rel, np.zeros(num_edges - 5))
+    np.testing.assert_array_equal(edges.lhs, lhs[5:])
+    assert 16 * num_edges < peak < 17 * num_edges
+
+
+def test_with_one_relation_type_a_stray_relation_id_is_reported_with_its_row(local_dir):
+    rel = np.zeros(CHUNK_ROWS + 10, dtype=np.int64)
+    rel[CHUNK_ROWS + 3] = 1
+    write_raw_bucket(local_dir, rel=rel, lhs=np.zeros_like(rel), rhs=np.zeros_like(rel))
+    with pytest.raises(FormatError, match=rf"rel id 1 at row {CHUNK_ROWS + 3} is out of range "
+                                          r"\[0, 1\)"):
+        read_bucket(local_dir, 0, 1, num_relations=1)
+    assert len(read_bucket(local_dir, 0, 1, 0, CHUNK_ROWS, num_relations=1)) == CHUNK_ROWS
 
 
 def test_size_checks_the_format_too(local_dir):

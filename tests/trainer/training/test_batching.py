@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tessera import kernels
 from tessera.data.batching import (
     iter_batches,
+    permute_in_place,
     random_order,
     shuffle_edges,
     shuffle_edges_in_place,
@@ -77,47 +79,95 @@ def test_shuffle_is_a_permutation() -> None:
     assert shuffled.rel.tolist() == [i % 2 for i in edge_ids(shuffled)]
 
 
-def test_a_shuffle_for_worker_processes_lands_in_shared_memory() -> None:
-    """Gathered straight into shared memory: the same order as a private shuffle, and
-    handing the parts to worker processes copies nothing."""
+@pytest.fixture(params=["kernels", "torch"])
+def with_and_without_kernels(request: pytest.FixtureRequest,
+                             monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "kernels" and not kernels.AVAILABLE:
+        pytest.skip("the compiled kernels are not built")
+    monkeypatch.setattr(kernels, "AVAILABLE", request.param == "kernels")
+    return str(request.param)
+
+
+def copied(edges: EdgeList) -> EdgeList:
+    return EdgeList.from_ids(edges.rel.clone(), edges.lhs.ids.clone(), edges.rhs.ids.clone())
+
+
+def test_a_shuffle_for_worker_processes_lands_in_shared_memory_in_the_in_place_order(
+        with_and_without_kernels: str) -> None:
+    """Copied into shared memory and shuffled there as threads shuffle a bucket in place: the
+    same order either way, and handing the parts to worker processes copies nothing."""
     edges = numbered_edges([0, 1, 2] * 40)
-    private = shuffle_edges(edges, generator(4))
     shared = shuffle_edges(edges, generator(4), empty_shared)
-    for mine, theirs in ((private.rel, shared.rel), (private.lhs.ids, shared.lhs.ids),
-                         (private.rhs.ids, shared.rhs.ids)):
+    in_place = shuffle_edges_in_place(copied(edges), generator(4))
+    for mine, theirs in ((in_place.rel, shared.rel), (in_place.lhs.ids, shared.lhs.ids),
+                         (in_place.rhs.ids, shared.rhs.ids)):
         assert torch.equal(mine, theirs)
         assert theirs.is_shared() and not mine.is_shared()
+    assert edge_ids(shared) != list(range(120))
+    assert shared.rel.tolist() == [i % 3 for i in edge_ids(shared)]
 
 
-def test_an_in_place_shuffle_reorders_the_columns_it_is_given_as_a_private_shuffle_does(
-        ) -> None:
+def test_an_in_place_shuffle_reorders_the_columns_where_they_are(
+        with_and_without_kernels: str) -> None:
     edges = numbered_edges([0, 1, 2] * 40)
     columns = (edges.rel, edges.lhs.ids, edges.rhs.ids)
     addresses = [column.data_ptr() for column in columns]
-    private = shuffle_edges(edges, generator(4))
     in_place = shuffle_edges_in_place(edges, generator(4))
     assert [column.data_ptr() for column in
             (in_place.rel, in_place.lhs.ids, in_place.rhs.ids)] == addresses  # no copy
-    for mine, theirs in ((private.rel, in_place.rel), (private.lhs.ids, in_place.lhs.ids),
-                         (private.rhs.ids, in_place.rhs.ids)):
-        assert torch.equal(mine, theirs)
-    assert edge_ids(in_place) != list(range(120))
+    assert sorted(edge_ids(in_place)) == list(range(120)) != edge_ids(in_place)
+    # Every column went through the same permutation.
+    assert in_place.rel.tolist() == [i % 3 for i in edge_ids(in_place)]
+    assert in_place.lhs.ids.tolist() == [i % 5 for i in edge_ids(in_place)]
 
 
-def test_with_one_relation_type_the_shuffle_adds_only_the_order_to_the_bucket() -> None:
+def test_with_one_relation_type_the_shuffle_keeps_no_relation_column(
+        with_and_without_kernels: str) -> None:
     edges = numbered_edges([3] * 200)
-    rel, lhs = edges.rel.data_ptr(), edges.lhs.ids.data_ptr()
-    private = shuffle_edges(edges, generator(6))
+    lhs, rhs = edges.lhs.ids.data_ptr(), edges.rhs.ids.data_ptr()
+    shared = shuffle_edges(edges, generator(6), empty_shared)
     in_place = shuffle_edges_in_place(edges, generator(6))
-    # Each id column gathered into the one freed before it (no column-sized copy on the
-    # way); the relation ids, one value, take no column at all.
-    assert (in_place.lhs.ids.data_ptr(), in_place.rhs.ids.data_ptr()) == (rel, lhs)
-    assert in_place.rel.untyped_storage().nbytes() == 8  # one int64, not the right column
-    for mine, theirs in ((private.rel, in_place.rel), (private.lhs.ids, in_place.lhs.ids),
-                         (private.rhs.ids, in_place.rhs.ids)):
+    assert (in_place.lhs.ids.data_ptr(), in_place.rhs.ids.data_ptr()) == (lhs, rhs)
+    assert in_place.rel.untyped_storage().nbytes() == 8  # one int64, not a column
+    for mine, theirs in ((shared.rel, in_place.rel), (shared.lhs.ids, in_place.lhs.ids),
+                         (shared.rhs.ids, in_place.rhs.ids)):
         assert torch.equal(mine, theirs)
     assert in_place.rel.tolist() == [3] * 200 and edge_ids(in_place) != list(range(200))
+    assert in_place.lhs.ids.tolist() == [i % 5 for i in edge_ids(in_place)]
     assert len(shuffle_edges_in_place(numbered_edges([]), generator(6))) == 0
+
+
+def test_without_the_kernels_a_permutation_is_torchs_randperm(
+        with_and_without_kernels: str) -> None:
+    column = torch.arange(1000)
+    permute_in_place([column], generator(9))
+    assert sorted(column.tolist()) == list(range(1000))
+    assert (torch.equal(column, torch.randperm(1000, generator=generator(9)))
+            == (with_and_without_kernels == "torch"))
+
+
+def test_every_permutation_is_equally_likely(with_and_without_kernels: str) -> None:
+    """All 24 orders of 4 edges, 24,000 shuffles: each count within 5 standard deviations
+    (31) of 1,000; a biased draw (say, a partner drawn from all 4 positions at every swap,
+    whose counts range from 0.8x to 1.4x) would fail."""
+    counts: dict[tuple[int, ...], int] = {}
+    draws = generator(11)
+    for _ in range(24_000):
+        column = torch.arange(4)
+        permute_in_place([column], draws)
+        key = tuple(column.tolist())
+        counts[key] = counts.get(key, 0) + 1
+    assert len(counts) == 24
+    assert all(845 <= count <= 1155 for count in counts.values()), counts
+
+
+def test_the_same_seed_shuffles_the_same() -> None:
+    first, second = torch.arange(10_000), torch.arange(10_000)
+    permute_in_place([first], generator(3))
+    permute_in_place([second], generator(3))
+    assert torch.equal(first, second)
+    permute_in_place([second], generator(4))
+    assert not torch.equal(first, second)
 
 
 @pytest.mark.parametrize("size", [0, 1, 7, 1000, 300_001])

@@ -144,6 +144,40 @@ def test_negatives_are_drawn_as_the_batch_loop_draws_them() -> None:
     assert torch.equal(rhs, torch.cat(expected[1]))
 
 
+def test_a_workers_calls_share_one_set_of_buffers_and_negatives(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Allocated anew at each call (32 batches), a worker's buffers and negatives left the
+    heap a little more fragmented each time, two threads allocating between them: megabytes
+    over a bucket. Now the calls of one task reuse the first call's."""
+    calls: list[tuple[object, int, int]] = []
+    real = kernels.train_ranking
+
+    def spy(lhs: kernels.RankingSide, rhs: kernels.RankingSide, *args: Any,
+            **kwargs: Any) -> float:
+        calls.append((kwargs["buffers"], lhs.negatives.data_ptr(), rhs.negatives.data_ptr()))
+        return real(lhs, rhs, *args, **kwargs)
+
+    monkeypatch.setattr(kernels, "train_ranking", spy)
+    state, task = worker_case(**CASES["several compiled calls"])
+    compiled_loop.train_compiled(state, task, torch.Generator().manual_seed(0))
+    assert len(calls) == 5  # 144 batches of 16, 32 a call
+    assert calls[0][0] is not None and len(set(calls)) == 1
+
+
+def test_buffers_made_for_smaller_batches_are_refused() -> None:
+    state, task = worker_case()
+    part = task.partitions[task.lhs_keys[0]]
+    table = kernels.RankingTable(part.embeddings, part.adagrad_sum)
+    ids = task.edges.lhs.ids[:64].contiguous()
+    negatives = torch.zeros(7 * 7, dtype=torch.long)  # 64 edges: 7 chunks of 10, 7 each
+    side = kernels.RankingSide(ids, negatives, table, [])
+    small = kernels.ranking_buffers(64, 32, 10, 7, 8)
+    with pytest.raises(ValueError, match="buffers were made for other batches"):
+        kernels.train_ranking(side, side, [], batch_size=64, chunk_size=10, uniform=7,
+                              margin=0.1, weight=1.0, lr=0.1, shift_lr=0.0, eps=1e-9,
+                              buffers=small)
+
+
 def test_an_id_outside_the_table_is_refused_before_any_update() -> None:
     state, task = worker_case()
     task.edges.rhs.ids[100] = 40  # the table has 40 rows

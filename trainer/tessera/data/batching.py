@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from tessera import kernels
 from tessera.edgelist import EdgeList
 from tessera.seeding import stable_seed
 from tessera.vocabulary import chunk_range
@@ -40,47 +41,63 @@ def split_holdout(edges: EdgeList, eval_fraction: float,
 
 def random_order(size: int, generator: torch.Generator) -> torch.Tensor:
     """A uniformly random permutation of range(size), as `torch.randperm` draws it from
-    `generator`; int32 where it fits: the same positions in half the memory, which for a
-    bucket's order is a sixth of the bucket."""
+    `generator`; int32 where it fits: the same positions in half the memory."""
     dtype = torch.int32 if size <= torch.iinfo(torch.int32).max else torch.long
     return torch.randperm(size, generator=generator, dtype=dtype)
 
 
+def permute_in_place(columns: Sequence[torch.Tensor], generator: torch.Generator) -> None:
+    """Reorder equal-length columns in place by one uniformly random permutation drawn from
+    `generator`. With the compiled kernels (int64, contiguous, on the host, as a bucket is
+    read) the columns are swapped in place (`kernels.shuffle_columns`): no order, no copy.
+    Otherwise the order is `random_order`'s (another draw for the same generator) and each
+    column goes through one column-sized copy. A host-side step, outside the switch that
+    turns the kernels off for the device trainers: a seed shuffles the same on every device.
+    """
+    if kernels.AVAILABLE and all(column.dtype == torch.long and column.is_contiguous()
+                                 and column.is_cpu for column in columns):
+        seed = int(torch.randint(2 ** 63 - 1, (), generator=generator))
+        kernels.shuffle_columns(columns, seed)
+        return
+    order = random_order(len(columns[0]), generator)
+    for column in columns:
+        column.copy_(column.index_select(0, order))
+
+
 def shuffle_edges(edges: EdgeList, generator: torch.Generator,
                   allocate: Callable[..., torch.Tensor] | None = None) -> EdgeList:
-    """The same edges in a uniformly random order. `allocate(3, n, dtype=torch.long)` gives
-    where plain (not featurized) edges are gathered to: shared memory, for worker processes,
-    so that handing them over copies nothing."""
-    order = random_order(len(edges), generator)
+    """The same edges in a uniformly random order, in new memory. `allocate(3, n,
+    dtype=torch.long)` gives where plain (not featurized) edges are copied to and shuffled as
+    `shuffle_edges_in_place` would (the same order): shared memory, for worker processes, so
+    that handing them over copies nothing."""
     if allocate is None or edges.lhs.is_featurized or edges.rhs.is_featurized:
-        return edges[order]
-    columns = allocate(3, len(edges), dtype=torch.long)
-    for values, column in zip((edges.rel, edges.lhs.ids, edges.rhs.ids), columns):
-        torch.index_select(values, 0, order, out=column)
-    return EdgeList.from_ids(*columns)
+        return edges[random_order(len(edges), generator)]
+    rel, lhs, rhs = allocate(3, len(edges), dtype=torch.long)
+    for values, column in zip((edges.rel, edges.lhs.ids, edges.rhs.ids), (rel, lhs, rhs)):
+        column.copy_(values)
+    if len(edges):
+        low, high = torch.aminmax(edges.rel)
+        permute_in_place((lhs, rhs) if low == high else (rel, lhs, rhs), generator)
+    return EdgeList.from_ids(rel, lhs, rhs)
 
 
 def shuffle_edges_in_place(edges: EdgeList, generator: torch.Generator) -> EdgeList:
     """`shuffle_edges` in the memory of the edges given, which the caller must own (featurized
-    edges are gathered into a copy). With one relation type its column is the scratch: the
-    shuffled left ids go there and the right ones where the left ones were, so only the order
-    is added to the bucket, and the right column's memory is let go: the relation ids, all
-    one value, become a broadcast view of it. Otherwise each column is reordered through one
-    column-sized copy."""
+    edges are shuffled into a copy). With one relation type the relation ids, all one value,
+    become a broadcast view of it (a column read for them is let go) and only the two id
+    columns are reordered: with the kernels the shuffle adds nothing to the bucket."""
     if edges.lhs.is_featurized or edges.rhs.is_featurized:
         return shuffle_edges(edges, generator)
     if len(edges) == 0:
         return edges
-    order = random_order(len(edges), generator)
     rel, lhs, rhs = edges.rel, edges.lhs.ids, edges.rhs.ids
     low, high = torch.aminmax(rel)
     if low == high:
-        torch.index_select(lhs, 0, order, out=rel)
-        torch.index_select(rhs, 0, order, out=lhs)
-        return EdgeList.from_ids(low.reshape(1).expand(len(edges)), rel, lhs)
-    for column in (rel, lhs, rhs):
-        column.copy_(column.index_select(0, order))
-    return edges
+        rel = low.reshape(1).expand(len(edges))
+        permute_in_place((lhs, rhs), generator)
+    else:
+        permute_in_place((rel, lhs, rhs), generator)
+    return EdgeList.from_ids(rel, lhs, rhs)
 
 
 def split_among_workers(edges: EdgeList, num_workers: int) -> list[EdgeList]:

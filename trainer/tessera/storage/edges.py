@@ -251,10 +251,14 @@ def read_bucket(directory: Directory, lhs_part: int, rhs_part: int, start: int =
     with reading_hdf5(directory, name, _IMPORT_HINT) as file:
         check_format_version(file, url)
         start, stop, _ = slice(start, stop).indices(_checked_length(file, url))
-        rel, lhs, rhs = (_read_rows(file[key], start, stop) for key in EDGE_DATASETS)
+        if num_relations == 1:
+            rel = _read_single_relation(file["rel"], start, stop, url)
+        else:
+            rel = _read_rows(file["rel"], start, stop)
+            _check_ids(url, "rel", rel, num_relations, start)
+        lhs, rhs = (_read_rows(file[key], start, stop) for key in ("lhs", "rhs"))
         lhs_offsets, lhs_data = _read_features(file, "lhs", start, stop, url)
         rhs_offsets, rhs_data = _read_features(file, "rhs", start, stop, url)
-    _check_ids(url, "rel", rel, num_relations, start)
     _check_ids(url, "lhs", lhs, num_lhs, start, lhs_offsets, lhs_data)
     _check_ids(url, "rhs", rhs, num_rhs, start, rhs_offsets, rhs_data)
     return BucketEdges(rel, lhs, rhs, lhs_offsets, lhs_data, rhs_offsets, rhs_data)
@@ -293,6 +297,20 @@ def _checked_length(file: h5py.File, url: str) -> int:
             raise FormatError(url, f"'{key}' has {lengths[key]} rows but 'rel' has "
                                    f"{lengths['rel']}")
     return lengths["rel"]
+
+
+def _read_single_relation(dataset: h5py.Dataset, start: int, stop: int,
+                          url: str) -> np.ndarray:
+    """Rows [start, stop) of the relation column where there is one relation type: each id
+    is checked to be 0, a block at a time, and the column returned is a broadcast view of
+    one 0, so that a bucket held for training keeps no third column."""
+    block = np.empty(max(min(CHUNK_ROWS, stop - start), 1), dtype=np.int64)  # a chunk at a time
+    for first in range(start, stop, len(block)):
+        rows = block[:min(len(block), stop - first)]
+        dataset.read_direct(rows, source_sel=np.s_[first:first + len(rows)])
+        _check_ids(url, "rel", rows, 1, first)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype=np.int64), shape=(stop - start,),
+                                           strides=(0,))
 
 
 def _read_rows(dataset: h5py.Dataset, start: int, stop: int) -> np.ndarray:

@@ -104,12 +104,19 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
     lhs_shifts, rhs_shifts = ([next(i for i, p in enumerate(shifts) if p is param)
                                for param in side] for side in side_shifts)
     edges, loss = task.edges, 0.0
+    if not len(edges):
+        return loss
     block = BATCHES_PER_CALL * settings.batch_size  # whole batches, as the batch loop cuts
+    buffers = kernels.ranking_buffers(len(edges), settings.batch_size, settings.num_batch_negs,
+                                      settings.num_uniform_negs, lhs_table.rows.shape[1])
+    negatives = None  # the first call's (the largest), reused by the next
     for start in range(0, len(edges), block):
         lhs_ids = edges.lhs.ids[start:start + block].contiguous()
         lhs_negatives, rhs_negatives = draw_negatives(
             len(lhs_ids), settings.batch_size, settings.num_batch_negs,
-            settings.num_uniform_negs, (len(lhs_table.rows), len(rhs_table.rows)), generator)
+            settings.num_uniform_negs, (len(lhs_table.rows), len(rhs_table.rows)), generator,
+            negatives)
+        negatives = negatives or (lhs_negatives, rhs_negatives)
         loss += kernels.train_ranking(
             kernels.RankingSide(lhs_ids, lhs_negatives, lhs_table, lhs_shifts),
             kernels.RankingSide(edges.rhs.ids[start:start + block].contiguous(),
@@ -117,21 +124,26 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
             states, batch_size=settings.batch_size, chunk_size=settings.num_batch_negs,
             uniform=settings.num_uniform_negs, margin=state.model.loss_fn.margin,
             weight=config.relations[0].weight, lr=settings.lr,
-            shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON)
+            shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON,
+            buffers=buffers)
     return loss
 
 
 def draw_negatives(num_edges: int, batch_size: int, num_batch_negs: int,
                    num_uniform_negs: int, num_rows: tuple[int, int],
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                   generator: torch.Generator,
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each side's uniform negatives for every batch, one batch after another, drawn as the
     batch loop draws them (`EmbeddingModel.plan_batch`: per batch, [chunks, uniform] for the
-    left side, then for the right)."""
+    left side, then for the right); into the start of `out`'s two columns where they fit
+    (a worker's calls reuse one pair: new ones at each call fragmented the heap)."""
     counts = [plan_chunking(min(batch_size, num_edges - start), False, num_batch_negs,
                             num_uniform_negs).num_chunks * num_uniform_negs
               for start in range(0, num_edges, batch_size)] if num_uniform_negs > 0 else []
-    drawn = (torch.empty(sum(counts), dtype=torch.long),
-             torch.empty(sum(counts), dtype=torch.long))
+    total = sum(counts)
+    drawn = (out[0][:total], out[1][:total]) if out is not None and len(out[0]) >= total \
+        else (torch.empty(total, dtype=torch.long), torch.empty(total, dtype=torch.long))
     at = 0
     for count in counts:
         for side, rows in zip(drawn, num_rows):
