@@ -129,8 +129,9 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
     shuffled = shuffle_edges(train_edges, generator, allocate) if allocate is not None \
         else shuffle_edges_in_place(train_edges, generator)  # read here: ours to reorder
     del edges, train_edges
-    # The order and the copies on the way are free now; workers that keep freed memory for
-    # their batches (threads: the trainer's own heap) would otherwise hold them all bucket.
+    # The chunk as read (where the holdout or the old-edge sampling took a copy) and what the
+    # shuffle freed on the way are handed back now; workers that keep freed memory for their
+    # batches (threads: the trainer's own heap) would otherwise hold them all bucket.
     release_freed_memory()
     return split_among_workers(shuffled, num_parts), eval_edges
 
