@@ -55,6 +55,9 @@ def test_verdict_compares_the_training_peak_with_two_partitions_a_bucket_and_the
     assert within.within
     assert within.ratio == pytest.approx(8_080_000_000 / bound)
 
+    assert bench_out_of_core.within_text(bound - 1_500_000, within) == "yes, by 1.5 MB"
+
     over = bench_out_of_core.judge(8_080_000_000, bound + 1, fixed, nodes, edges, partitions,
                                    dimension)
     assert not over.within
+    assert bench_out_of_core.within_text(bound + 1, over) == "NO, over by 0.0 MB"
