@@ -1057,13 +1057,9 @@ static PyObject *loop_buffers(PyObject *self, PyObject *const *args, Py_ssize_t 
     return capsule;
 }
 
-/* train_ranking(loop, lhs, rhs[, buffers]): without `loop_buffers`' buffers, the call
- * allocates its own. */
+/* train_ranking(loop, lhs, rhs, buffers): `buffers` from `loop_buffers`. */
 static PyObject *train_ranking(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 && nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "train_ranking takes 3 or 4 arguments");
-        return NULL;
-    }
+    if (expect_args("train_ranking", nargs, 4)) return NULL;
     if (needs_matrix_product("train_ranking")) return NULL;
     Loop loop;
     LoopSide lhs, rhs;
@@ -1071,41 +1067,28 @@ static PyObject *train_ranking(PyObject *self, PyObject *const *args, Py_ssize_t
         read_struct(args[1], "lhs", &lhs, sizeof lhs) ||
         read_struct(args[2], "rhs", &rhs, sizeof rhs))
         return NULL;
+    Workspace *kept = PyCapsule_GetPointer(args[3], WORKSPACE);
+    if (kept == NULL) return NULL;
     if (loop.edges == 0) return PyFloat_FromDouble(0.0);
     if (loop.batch_size < 1 || loop.chunk_size < 1 || loop.num_shifts > MAX_SHIFTS) {
         PyErr_SetString(PyExc_ValueError, "train_ranking: bad batch, chunk or shift count");
         return NULL;
     }
     if (check_side(&loop, &lhs, "left") || check_side(&loop, &rhs, "right")) return NULL;
-    Workspace *kept = NULL;
-    if (nargs == 4) {
-        kept = PyCapsule_GetPointer(args[3], WORKSPACE);
-        if (kept == NULL) return NULL;
-        if (effective_batch(&loop) > effective_batch(&kept->loop) ||
-            loop.chunk_size != kept->loop.chunk_size || loop.uniform != kept->loop.uniform ||
-            loop.dim != kept->loop.dim) {
-            PyErr_SetString(PyExc_ValueError, "train_ranking: the buffers were made for "
-                                              "other batches");
-            return NULL;
-        }
-    }
-    LoopBuffers own;
-    const LoopBuffers *buffers = kept ? &kept->buffers : &own;
-    PyObject *result = NULL;
-    if (kept == NULL && alloc_loop_buffers(&loop, &own)) {
-        PyErr_NoMemory();
-        goto done;
+    if (effective_batch(&loop) > effective_batch(&kept->loop) ||
+        loop.chunk_size != kept->loop.chunk_size || loop.uniform != kept->loop.uniform ||
+        loop.dim != kept->loop.dim) {
+        PyErr_SetString(PyExc_ValueError, "train_ranking: the buffers were made for other "
+                                          "batches");
+        return NULL;
     }
     double loss;
     Py_BEGIN_ALLOW_THREADS
     int threads = set_blas_threads ? set_blas_threads(1) : 0;
-    loss = ranking_loop(&loop, &lhs, &rhs, buffers);
+    loss = ranking_loop(&loop, &lhs, &rhs, &kept->buffers);
     if (set_blas_threads) set_blas_threads(threads);
     Py_END_ALLOW_THREADS
-    result = PyFloat_FromDouble(loss);
-done:
-    if (kept == NULL) free_loop_buffers(&own);
-    return result;
+    return PyFloat_FromDouble(loss);
 }
 
 /* use_matrix_product(sgemm_address, set_threads_address or 0): the BLAS functions

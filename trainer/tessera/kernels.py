@@ -280,13 +280,13 @@ def ranking_buffers(edges: int, batch_size: int, chunk_size: int, uniform: int,
 def train_ranking(  # noqa: PLR0913 (the loop's settings)
         lhs: RankingSide, rhs: RankingSide, shifts: Sequence[ShiftParameter], *,
         batch_size: int, chunk_size: int, uniform: int, margin: float, weight: float,
-        lr: float, shift_lr: float, eps: float, buffers: object | None = None) -> float:
+        lr: float, shift_lr: float, eps: float, buffers: object) -> float:
     """Train on the edges (lhs.ids[i], rhs.ids[i]) batch after batch with PBG's default setup
     (ranking loss, batch and uniform negatives on both sides, inner products), updating the
     tables and shifts in place; returns the summed loss times `weight`. Each batch is what
     the batch loop computes for it (`closed_form_gradients` with `ranking_chunks`, then
     `RowAdagrad` and `DenseAdagrad` steps): same chunks, padding, masks and updates.
-    `buffers` (`ranking_buffers`) are used instead of the call's own."""
+    `buffers` (`ranking_buffers`) hold each batch's rows, scores and gradients."""
     dim = lhs.table.rows.shape[1] if lhs.table.rows.dim() == 2 else -1
     for side in (lhs, rhs):
         table = side.table
@@ -320,9 +320,7 @@ def train_ranking(  # noqa: PLR0913 (the loop's settings)
                 shift=(Shift * MAX_SHIFTS)(*(
                     Shift(value=s.value.data_ptr(), sum=s.sum.data_ptr(),
                           step=s.step.data_ptr()) for s in shifts)))
-    sides = (loop, _loop_side(lhs), _loop_side(rhs))
-    return _kernels.train_ranking(*sides) if buffers is None \
-        else _kernels.train_ranking(*sides, buffers)
+    return _kernels.train_ranking(loop, _loop_side(lhs), _loop_side(rhs), buffers)
 
 
 def _loop_side(side: RankingSide) -> LoopSide:
