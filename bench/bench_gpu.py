@@ -11,6 +11,7 @@ the GPU's peak allocated memory, its share of its arithmetic limit and its busy 
 
     python bench/bench_gpu.py --pbg-python /tmp/pbg-venv/bin/python
     python bench/bench_gpu.py --gpu-memory-limit 0.02    # embeddings larger than the GPU
+    python bench/bench_gpu.py --gpu-only --half-precision  # another GPU setting alone
     python bench/bench_gpu.py --edges 20000 --nodes 2000 --large-edges 40000 \\
         --large-nodes 4000 --epochs 1                    # a quick check
 
@@ -74,6 +75,8 @@ def system_config(system: base.System, folder: Path, partitions: int,
                   args: argparse.Namespace) -> dict[str, Any]:
     config = base.benchmark_config(folder, partitions, args.lr, args.epochs)
     config["workers"] = args.workers
+    if isinstance(system, base.Tessera) and args.partition_cache_gb:
+        config["partition_cache_gb"] = args.partition_cache_gb
     if isinstance(system, TesseraGPU):
         config.update(num_gpus=1, batch_size=args.gpu_batch_size,
                       half_precision=args.half_precision)
@@ -156,6 +159,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="the 8-partition graph")
     parser.add_argument("--large-nodes", type=int, default=1_000_000)
     parser.add_argument("--large-partitions", type=int, default=8)
+    parser.add_argument("--graphs", nargs="+", choices=("default", "large"),
+                        default=["default", "large"], help="which of the two graphs to train")
+    parser.add_argument("--partition-cache-gb", type=float, default=0.0,
+                        help="Tessera's partition_cache_gb (both devices): partitions swapped "
+                        "out are kept in memory, unwritten, up to this size")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -171,6 +179,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peak-tflops", type=float, default=H100_FP32_TFLOPS,
                         help="the GPU's dense float32 peak, TFLOP/s (default: H100 SXM's; "
                         f"its bfloat16 peak is {H100_BF16_TFLOPS:.0f})")
+    parser.add_argument("--gpu-only", action="store_true",
+                        help="skip the CPU rows (a second GPU setting beside a run that had them)")
     parser.add_argument("--pbg-python", help="Python of an environment with torchbiggraph")
     parser.add_argument("--reuse-imports", action="store_true")
     parser.add_argument("--eval-negatives", type=int, default=1000)
@@ -195,16 +205,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.child_train:
         child_train(args.child_train, args.gpu_memory_limit)
         return
-    systems: list[base.System] = [base.Tessera()]
+    systems: list[base.System] = [] if args.gpu_only else [base.Tessera()]
     if base.in_fresh_process(cuda_available):
         systems.insert(0, TesseraGPU(args.gpu_memory_limit))
     else:
         print("no CUDA device: the GPU rows are skipped", flush=True)
     if args.pbg_python:
         systems.append(base.PyTorchBigGraph(args.pbg_python))
-    graphs = [(GraphSpec(args.edges, args.nodes, seed=args.seed), 1),
-              (GraphSpec(args.large_edges, args.large_nodes, seed=args.seed),
-               args.large_partitions)]
+    graphs = [(GraphSpec(args.edges, args.nodes, seed=args.seed), 1)] * (
+        "default" in args.graphs) + [(GraphSpec(args.large_edges, args.large_nodes,
+                                                 seed=args.seed), args.large_partitions)] * (
+        "large" in args.graphs)
     rows = []
     for spec, partitions in graphs:
         graph = ensure_graph(spec, base.OUTPUT / "graphs")
@@ -217,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"\n{args.epochs} epochs, lr {args.lr}; CPU runs: {args.workers} Hogwild workers; "
           f"GPU run: batches of {args.gpu_batch_size:,} edges"
           f"{', float16 embeddings' if args.half_precision else ''}"
+          f"{f'; partition_cache_gb {cache:g}' if (cache := args.partition_cache_gb) else ''}"
           f"{f', GPU memory capped at {cap:.0%}' if cap else ''}"
           f". Arithmetic limit: {base.flops_per_edge(config):,} floating-point operations "
           f"per edge at {args.peak_tflops:g} TFLOP/s. Held-out evaluation as in "

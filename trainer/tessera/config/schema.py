@@ -148,6 +148,12 @@ class ConfigSchema:
     background_io: bool = option(
         False, help="Write swapped-out partitions in a background thread while the next "
         "bucket trains (one partition more in memory at a time).")
+    partition_cache_gb: float = option(
+        0.0, help="Tessera only: memory (GB) in which partitions that the next bucket does "
+        "not need are kept instead of written to the checkpoint, until the chunk's checkpoint "
+        "or until the least recently used must make room; 0 writes each one out as it leaves, "
+        "as PBG does. Where memory holds every partition (they were made for a GPU's "
+        "memory, say), this removes the writes of swaps.", minimum=0)
     verbose: int = option(0, help="Verbosity of the logs (0, 1 or 2).", minimum=0)
     hogwild_delay: float = option(
         2.0, help="Seconds by which the Hogwild workers after the first wait before the first "

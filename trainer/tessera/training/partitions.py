@@ -15,12 +15,19 @@ follows the current bucket's partitions plus the next one's new ones, four per e
 most. Reading never changes a file, so a killed trainer leaves its checkpoints as they were.
 With `background_io`, a partition swapped out is written by a background thread while the
 next bucket trains (one write at a time: one partition more).
+
+With `partition_cache_gb`, a partition swapped out stays in memory, unwritten, while the cache
+has room; the least recently used one is written out to make room, and the chunk's checkpoint
+writes the rest. A cached partition is the newest copy, so a bucket that wants it takes it
+back without a read. Nothing committed changes: a killed trainer loses what it would have
+lost anyway, the chunk in progress.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -163,6 +170,11 @@ class PartitionHolder:
         self.committed_version = committed_version
         self.in_memory: dict[PartitionKey, Partition] = {}
         self.written_to_next: set[PartitionKey] = set()
+        # Swapped out but kept (partition_cache_gb), least recently used first; those in
+        # `cached_clean` are as the checkpoint last written holds them.
+        self.cached: OrderedDict[PartitionKey, Partition] = OrderedDict()
+        self.cached_clean: set[PartitionKey] = set()
+        self.cache_bytes = int(config.partition_cache_gb * 1e9)
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-writer") \
             if config.background_io else None
         # Partitions being written in the background, kept until their write has finished.
@@ -203,8 +215,9 @@ class PartitionHolder:
         if self.reader is None:
             return
         for key in sorted(set(keys)):
-            if key in self.in_memory or key in self.prefetched or key in self.writing:
-                continue  # held, asked for already, or still in memory while written
+            if key in self.in_memory or key in self.prefetched or key in self.writing \
+                    or key in self.cached:
+                continue  # held, asked for already, or still in memory
             self.prefetched[key] = self.reader.submit(self._read_for_workers, key,
                                                       self._newest_version(key))
 
@@ -213,6 +226,9 @@ class PartitionHolder:
         self._finish_writes()
         for key, partition in self.in_memory.items():
             self._write(key, partition, metadata)
+        for key, partition in self.cached.items():  # every version holds every partition
+            self._write(key, partition, metadata)
+        self.cached_clean = set(self.cached)
         for key in self.all_keys():
             if key not in self.in_memory and key not in self.written_to_next:
                 # Never touched during this chunk: carry its newest copy over unchanged (a
@@ -230,6 +246,23 @@ class PartitionHolder:
 
     def _swap_out(self, key: PartitionKey, metadata: Mapping[str, Any]) -> None:
         partition = self.in_memory.pop(key)
+        if partition_bytes(partition) <= self.cache_bytes:
+            self.cached[key] = partition
+            while sum(map(partition_bytes, self.cached.values())) > self.cache_bytes:
+                self._evict(*self.cached.popitem(last=False), metadata)
+            return
+        self._write_out(key, partition, metadata)
+
+    def _evict(self, key: PartitionKey, partition: Partition,
+               metadata: Mapping[str, Any]) -> None:
+        """Let a cached partition go, writing it first unless the checkpoint has it."""
+        if key in self.cached_clean:
+            self.cached_clean.discard(key)
+        else:
+            self._write_out(key, partition, metadata)
+
+    def _write_out(self, key: PartitionKey, partition: Partition,
+                   metadata: Mapping[str, Any]) -> None:
         if self.writer is None:
             self._write(key, partition, metadata)
             return
@@ -250,7 +283,10 @@ class PartitionHolder:
         self.written_to_next.add(key)
 
     def _take(self, key: PartitionKey) -> Partition:
-        """The partition for a bucket: read ahead, or read now."""
+        """The partition for a bucket: cached, read ahead, or read now."""
+        if key in self.cached:
+            self.cached_clean.discard(key)  # it will be trained
+            return self.cached.pop(key)
         if key in self.prefetched:
             return self.prefetched.pop(key).result()
         return self.resident(self._load(key))
@@ -268,6 +304,10 @@ class PartitionHolder:
 
     def _read_for_workers(self, key: PartitionKey, version: int) -> Partition:
         return self.resident(self.loader.load(key, version))
+
+
+def partition_bytes(partition: Partition) -> int:
+    return partition.embeddings.nbytes + partition.adagrad_sum.nbytes
 
 
 def partition_for_workers(partition: Partition, config: ConfigSchema) -> Partition:
