@@ -181,6 +181,22 @@ def test_coalescing_without_host_reads_sums_each_rows_gradients() -> None:
     torch.testing.assert_close(slot_rows[:distinct], expected_rows)
     torch.testing.assert_close(summed[:distinct], expected)
     assert bool((summed[distinct:] == 0).all())
+    # The spare slots name the batch's rows as sorted, not one row for all (a GPU would
+    # serialise the atomic adds of a row named by every spare slot).
+    torch.testing.assert_close(slot_rows[distinct:], torch.sort(rows).values[distinct:])
+
+
+def test_spare_slots_leave_their_rows_as_they_were() -> None:
+    """A step through slots with zero gradients changes only the rows that had gradients."""
+    generator = torch.Generator().manual_seed(1)
+    table = torch.randn(20, 4, generator=generator)
+    rows = torch.tensor([3, 3, 3, 7, 7, 12])
+    grads = torch.randn(6, 4, generator=generator)
+    expected = table.clone()
+    RowAdagrad(expected, 0.1).step(*coalesce_rows(rows, grads.clone()))
+    with kernels.torch_only():
+        RowAdagrad(table, 0.1, without_syncs=True).step(rows, grads.clone())
+    torch.testing.assert_close(table, expected)
 
 
 def test_pushing_the_device_model_keeps_host_updates_made_meanwhile(make_config: Any) -> None:

@@ -44,17 +44,20 @@ def coalesce_rows(rows: torch.Tensor,
 def coalesce_rows_without_syncs(rows: torch.Tensor,
                                     grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """What `coalesce_rows` gives, in as many slots as `rows` has: the distinct rows first,
-    then slots naming row 0 with a zero gradient (which the Adagrad step leaves unchanged).
+    then slots with a zero gradient (which the Adagrad step leaves unchanged), each naming
+    the row `rows` sorted has at its position.
 
     The number of distinct rows is never read on the host, so on a GPU nothing waits for
-    the device (`torch.unique` and `nonzero` do); a sort and two scatters instead.
+    the device (`torch.unique` and `nonzero` do); a sort and two scatters instead. The
+    spare slots name rows spread over the batch's rows: had they all named one row, the
+    GPU's atomic adds into it would queue up (6.5x slower table adds on an H200).
     """
     sorted_rows, order = torch.sort(rows)
     starts = torch.ones_like(sorted_rows, dtype=torch.bool)
     starts[1:] = sorted_rows[1:] != sorted_rows[:-1]
     slots = torch.cumsum(starts, 0).sub_(1)
     summed = torch.zeros_like(grads).index_add_(0, slots, grads.index_select(0, order))
-    slot_rows = torch.zeros_like(rows).scatter_(0, slots, sorted_rows)
+    slot_rows = sorted_rows.clone().scatter_(0, slots, sorted_rows)
     return slot_rows, summed
 
 
