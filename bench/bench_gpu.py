@@ -12,6 +12,7 @@ the GPU's peak allocated memory, its share of its arithmetic limit and its busy 
     python bench/bench_gpu.py --pbg-python /tmp/pbg-venv/bin/python
     python bench/bench_gpu.py --gpu-memory-limit 0.02    # embeddings larger than the GPU
     python bench/bench_gpu.py --gpu-only --half-precision  # another GPU setting alone
+    python bench/bench_gpu.py --graphs large --partition-cache-gb 8  # swaps kept in memory
     python bench/bench_gpu.py --edges 20000 --nodes 2000 --large-edges 40000 \\
         --large-nodes 4000 --epochs 1                    # a quick check
 

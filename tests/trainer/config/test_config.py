@@ -59,7 +59,7 @@ def test_every_pbg_key_with_pbg_default() -> None:
     fields = {f.name: f for f in dataclasses.fields(ConfigSchema)}
     assert set(PBG_DEFAULTS) <= set(fields)
     assert set(fields) - set(PBG_DEFAULTS) == {"storage_options", "storage_retry_timeout", "seed",
-                                                  "init_old_edge_fraction"}
+                                                  "init_old_edge_fraction", "partition_cache_gb"}
     config = parse_config(MINIMAL)
     for key, default in PBG_DEFAULTS.items():
         if default is not None or fields[key].default is None:
