@@ -106,6 +106,8 @@ def test_minimal_config_parses_into_typed_objects() -> None:
             {"name": "b", "lhs": "user", "rhs": "item"}]}, "relations", "exactly one"),
         ({"disable_lhs_negs": True, "disable_rhs_negs": True}, "disable_rhs_negs", "both"),
         ({"half_precision": True}, "half_precision", "GPU"),
+        ({"partition_cache_gb": 4, "num_machines": 2}, "partition_cache_gb", "num_machines > 1"),
+        ({"partition_cache_gb": -1}, "partition_cache_gb", "at least 0"),
         ({"init_old_edge_fraction": 1.5, "init_path": "first"}, "init_old_edge_fraction",
          "at most 1"),
     ],

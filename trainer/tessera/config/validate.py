@@ -154,6 +154,10 @@ def check_consistency(config: ConfigSchema) -> None:
     if config.half_precision and config.num_gpus == 0:
         raise ConfigError("half_precision", "half precision needs GPU training; set num_gpus "
                           "> 0 or half_precision: false")
+    if config.partition_cache_gb and config.num_machines > 1:
+        raise ConfigError("partition_cache_gb", "keeps partitions in one trainer's memory, but "
+                          "with num_machines > 1 the trainers share them through partition "
+                          "servers or the checkpoint; set partition_cache_gb: 0")
     if config.eval_fraction >= 1:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
     check_transport_keys(config)
