@@ -213,10 +213,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("no CUDA device: the GPU rows are skipped", flush=True)
     if args.pbg_python:
         systems.append(base.PyTorchBigGraph(args.pbg_python))
-    graphs = [(GraphSpec(args.edges, args.nodes, seed=args.seed), 1)] * (
-        "default" in args.graphs) + [(GraphSpec(args.large_edges, args.large_nodes,
-                                                 seed=args.seed), args.large_partitions)] * (
-        "large" in args.graphs)
+    named_graphs = {
+        "default": (GraphSpec(args.edges, args.nodes, seed=args.seed), 1),
+        "large": (GraphSpec(args.large_edges, args.large_nodes, seed=args.seed),
+                  args.large_partitions)}
+    graphs = [graph for name, graph in named_graphs.items() if name in args.graphs]
     rows = []
     for spec, partitions in graphs:
         graph = ensure_graph(spec, base.OUTPUT / "graphs")
@@ -225,11 +226,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows += [run_system(system, graph, spec.key, partitions, held_out, args)
                  for system in systems]
     config = base.benchmark_config(Path("."), 1, args.lr, args.epochs)
-    cap = args.gpu_memory_limit
+    cap, cache = args.gpu_memory_limit, args.partition_cache_gb
     print(f"\n{args.epochs} epochs, lr {args.lr}; CPU runs: {args.workers} Hogwild workers; "
           f"GPU run: batches of {args.gpu_batch_size:,} edges"
           f"{', float16 embeddings' if args.half_precision else ''}"
-          f"{f'; partition_cache_gb {cache:g}' if (cache := args.partition_cache_gb) else ''}"
+          f"{f'; partition_cache_gb {cache:g}' if cache else ''}"
           f"{f', GPU memory capped at {cap:.0%}' if cap else ''}"
           f". Arithmetic limit: {base.flops_per_edge(config):,} floating-point operations "
           f"per edge at {args.peak_tflops:g} TFLOP/s. Held-out evaluation as in "

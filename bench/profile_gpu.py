@@ -46,15 +46,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--rows", type=int, default=30, help="lines of each table")
     args = parser.parse_args(argv)
-    train = ["train", "--log-format", "json"]
-    tessera_main([train[0], str(fresh_config(args.config, "profile-warm-up", args.epochs)),
-                  *train[1:]])
+
+    def train(name: str) -> None:
+        config = fresh_config(args.config, name, args.epochs)
+        tessera_main(["train", str(config), "--log-format", "json"])
+
+    train("profile-warm-up")
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as profiled:
-        tessera_main([train[0], str(fresh_config(args.config, "profile-run", args.epochs)),
-                      *train[1:]])
+        train("profile-run")
     averages = profiled.key_averages()
     orders = ["self_cpu_time_total"]
     if torch.cuda.is_available():

@@ -246,7 +246,7 @@ class PartitionHolder:
 
     def _swap_out(self, key: PartitionKey, metadata: Mapping[str, Any]) -> None:
         partition = self.in_memory.pop(key)
-        if partition_bytes(partition) <= self.cache_bytes:
+        if self.cache_bytes and partition_bytes(partition) <= self.cache_bytes:
             self.cached[key] = partition
             while sum(map(partition_bytes, self.cached.values())) > self.cache_bytes:
                 self._evict(*self.cached.popitem(last=False), metadata)
