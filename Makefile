@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: demo test lint clean
+.PHONY: demo test faults lint clean
 
 $(VENV)/.trainer: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a fe
 
 test: $(VENV)/.dev  ## the whole test suite
 	$(BIN)/python -m pytest
+
+faults: $(VENV)/.dev  ## the fault families alone (tests/faults: kills, OS errors, races, secrets)
+	$(BIN)/python -m pytest -m faults
 
 lint: $(VENV)/.dev  ## ruff and mypy (mypy's files: pyproject.toml's [tool.mypy])
 	$(BIN)/ruff check trainer operator tests bench

@@ -11,10 +11,9 @@ before changed or deleted (a failed command may leave only the files a row lists
 from __future__ import annotations
 
 import fnmatch
+import gzip
 import hashlib
 import json
-import os
-import random
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,28 +23,15 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from support.workspace import CONFIG, EVAL, IMPORT, TRAIN, build_workspace
 
 from tessera.cli import main
 from tessera.errors import EXIT_BAD_INPUT
 
 USAGE = 2  # argparse's exit code for a command-line mistake
 
-CONFIG = {
-    "entities": {"node": {"num_partitions": 2}},
-    "relations": [
-        {"name": "likes", "lhs": "node", "rhs": "node", "operator": "translation"},
-        {"name": "knows", "lhs": "node", "rhs": "node", "operator": "diagonal"},
-    ],
-    "dimension": 8, "num_epochs": 2, "num_edge_chunks": 2, "batch_size": 50,
-    "num_batch_negs": 10, "num_uniform_negs": 10, "workers": 1, "hogwild_delay": 0,
-    "entity_path": "entities", "edge_paths": ["edges/train", "edges/test"],
-    "checkpoint_path": "ckpt",
-}
-IMPORT = ("import", "config.yaml", "train.tsv", "test.tsv", "--rel-col", "1", "--rhs-col", "2")
-TRAIN = ("train", "config.yaml", "-p", "edge_paths=edges/train")
 TRAIN_MORE = (*TRAIN, "-p", "num_epochs=3")  # resumes the finished checkpoint
 TRAIN_FRESH = (*TRAIN, "-p", "checkpoint_path=fresh")  # starts from scratch
-EVAL = ("eval", "config.yaml", "-p", "edge_paths=edges/test")
 FILTERED = (*EVAL, "--filtered")
 EXPORT = ("export", "config.yaml", "exported")
 NEIGHBORS = ("neighbors", "config.yaml", "e1")
@@ -53,29 +39,11 @@ CHECK = ("config", "check", "config.yaml")
 LOCK = "tcp://127.0.0.1:9"  # never dialled: the rank is checked first
 
 
-def _write_edges(path: Path, count: int, rng: random.Random) -> None:
-    names = [f"e{i}" for i in range(60)]
-    with open(path, "w", encoding="utf-8") as file:
-        for _ in range(count):
-            file.write(f"{rng.choice(names)}\t{rng.choice(['likes', 'knows'])}\t"
-                       f"{rng.choice(names)}\n")
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Imported and trained once; each row works on a copy."""
     root = tmp_path_factory.mktemp("workspace")
-    rng = random.Random(0)
-    _write_edges(root / "train.tsv", 600, rng)
-    _write_edges(root / "test.tsv", 60, rng)
-    (root / "config.yaml").write_text(yaml.safe_dump(CONFIG, sort_keys=False))
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        assert main([*IMPORT, "--quiet"]) == 0
-        assert main([*TRAIN, "--quiet"]) == 0
-    finally:
-        os.chdir(cwd)
+    build_workspace(root)
     yield root
 
 
@@ -170,6 +138,44 @@ def python_config(body: str) -> Prepare:
 
 def nothing(root: Path) -> None:
     del root
+
+
+def write_bytes(name: str, data: bytes) -> Prepare:
+    def prepare(root: Path) -> None:
+        (root / name).write_bytes(data)
+    return prepare
+
+
+def gzipped_and_cut(name: str, size: int) -> Prepare:
+    """`name` compressed into `name`.gz, of which only the first `size` bytes are kept."""
+    def prepare(root: Path) -> None:
+        data = gzip.compress((root / name).read_bytes())
+        assert len(data) > size
+        (root / f"{name}.gz").write_bytes(data[:size])
+    return prepare
+
+
+def garble_object(name: str, path: str) -> Prepare:
+    """Overwrite the header of the HDF5 object at `path` in file `name`: the file still opens,
+    but reading that object fails."""
+    def prepare(root: Path) -> None:
+        with h5py.File(root / name, "r") as file:
+            address = h5py.h5o.get_info(file[path].id).addr
+        with open(root / name, "r+b") as file:
+            file.seek(address)
+            file.write(b"\xff" * 64)
+    return prepare
+
+
+def aliases_expanding_to(depth: int) -> Prepare:
+    """A config whose storage_options hold 9**depth values through `depth` nested aliases."""
+    def prepare(root: Path) -> None:
+        lines = ["storage_options:", "  l0: &l0 [" + ", ".join(["lol"] * 9) + "]"]
+        lines += [f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]"
+                  for i in range(1, depth)]
+        with open(root / "config.yaml", "a", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+    return prepare
 
 
 CKPT_EMB = "ckpt/embeddings_node_0.v4.h5"
@@ -413,6 +419,39 @@ ROWS: dict[str, BadInput] = {
     "header row with an unknown relation": BadInput(
         IMPORT, "--header", write("train.tsv", "head\trelation\ttail\ne1\tlikes\te2\n")),
     "unknown entity type to export": BadInput((*EXPORT, "--entity-types", "user"), "user"),
+    # Accepted silently once: each would have been read as something else than was meant.
+    "empty entity field": BadInput(IMPORT, "train.tsv: line 601: empty name in column 2",
+                                   append("train.tsv", "e1\tlikes\t\n")),
+    "empty entity field first": BadInput(IMPORT, "test.tsv: line 61: empty name in column 0",
+                                         append("test.tsv", "\tlikes\te2\n")),
+    "NUL byte in a name": BadInput(IMPORT, "train.tsv: line 601: NUL byte",
+                                   append("train.tsv", "e1\tlikes\te\x002\n")),
+    "input gzip cut short": BadInput(
+        ("import", "config.yaml", "train.tsv.gz", "test.tsv", "--rel-col", "1", "--rhs-col",
+         "2"), "train.tsv.gz", gzipped_and_cut("train.tsv", 600)),
+    "duplicate key in YAML": BadInput(CHECK, "'dimension' appears twice",
+                                      append("config.yaml", "dimension: 16\n")),
+    "duplicate key in a YAML override": BadInput(
+        (*CHECK, "-p", "storage_options={anon: true, anon: false}"), "'anon' appears twice"),
+    "duplicate key in JSON": BadInput(("config", "check", "config.json"),
+                                      "'dimension' appears twice",
+                                      write("config.json", '{"dimension": 8, "dimension": 9}')),
+    "config not UTF-8": BadInput(CHECK, "config.yaml: line 2: byte 0xff",
+                                 write_bytes("config.yaml", b"dimension: 8\nlr: 0.1 \xff\n")),
+    "NaN retry budget": BadInput(CHECK, "storage_retry_timeout",
+                                 config(storage_retry_timeout=float("nan"))),
+    "NaN retry budget override": BadInput((*CHECK, "-p", "storage_retry_timeout=.nan"),
+                                          "storage_retry_timeout"),
+    "infinite learning rate": BadInput((*CHECK, "-p", "lr=.inf"), "lr"),
+    "YAML aliases expanding to a billion values": BadInput(CHECK, "config.yaml",
+                                                           aliases_expanding_to(9)),
+    "eval output onto the checkpoint's version file": BadInput(
+        (*EVAL, "--output", "ckpt/checkpoint_version.txt"), "checkpoint_path"),
+    "eval output into entity_path": BadInput((*EVAL, "--output", "entities/metrics.json"),
+                                             "entity_path"),
+    "model file garbled, read by neighbors through a relation": BadInput(
+        (*NEIGHBORS, "--relation", "likes"), "model.v4.h5",
+        garble_object(CKPT_MODEL, "model/relations")),
 }
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from support.kills import wait_for, writing_a_file
+from support.kills import first_commit, wait_for, writing_a_file
 from support.planted import write_planted_graph
 
 KILLS = 24
@@ -73,15 +73,6 @@ def following(position: tuple[int, int] | None) -> tuple[int, int]:
         return 0, 0
     epoch, chunk = position
     return (epoch, chunk + 1) if chunk + 1 < NUM_CHUNKS else (epoch + 1, 0)
-
-
-def first_commit(log: str) -> tuple[int, tuple[int, int]] | None:
-    """(version, (epoch, chunk)) of the first checkpoint a run's JSON log says it committed."""
-    for line in log.splitlines():
-        if line.startswith("{") and '"checkpoint committed"' in line:
-            event = json.loads(line)
-            return event["checkpoint_version"], (event["epoch"] - 1, event["edge_chunk"])
-    return None
 
 
 def kill_at_a_random_moment(process: subprocess.Popen[str], checkpoints: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -27,3 +28,12 @@ def wait_for(condition: Callable[[], bool], process: subprocess.Popen[str],
         assert time.monotonic() < deadline, "the training run made no progress in time"
         time.sleep(0.002)
     return True
+
+
+def first_commit(log: str) -> tuple[int, tuple[int, int]] | None:
+    """(version, (epoch, chunk)) of the first checkpoint a run's JSON log says it committed."""
+    for line in log.splitlines():
+        if line.startswith("{") and '"checkpoint committed"' in line:
+            event = json.loads(line)
+            return event["checkpoint_version"], (event["epoch"] - 1, event["edge_chunk"])
+    return None

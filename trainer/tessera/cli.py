@@ -18,14 +18,25 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from .errors import ConfigError, TesseraError
+from .errors import BadInputError, ConfigError, TesseraError, TransientError
 from .openmp_waits import shorten_spinning
+from .os_errors import classify_local
 from .progress import Reporter, report_logs
 from .training.allocator import one_heap_for_all_threads
 
 # Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(Exception):  # noqa: N818 - named as the signal's effect, as KeyboardInterrupt
+    """SIGTERM (a pod being deleted, `kill`): raised in the main thread like Ctrl-C's
+    KeyboardInterrupt, so that the command stops the same way, releasing its lease."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,11 +50,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TesseraError as error:
         print(f"tessera {args.command}: error: {error}", file=sys.stderr)
         return error.exit_code
+    except OSError as error:  # a disk error where no storage call named the file
+        named = _named_os_error(error)
+        if named is None:
+            raise
+        print(f"tessera {args.command}: error: {named}", file=sys.stderr)
+        return named.exit_code
     except KeyboardInterrupt:
         print(f"tessera {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:
+        print(f"tessera {args.command}: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except StdoutClosed:
         return EXIT_BROKEN_PIPE
+
+
+def _named_os_error(error: OSError) -> TesseraError | None:
+    """The last resort for an OSError about a file: the error of its errno's family (an
+    unknown errno counts as transient: the machine, not the input, is the likelier cause)."""
+    if not error.filename or error.errno is None:
+        return None  # no file to name: a bug, whose traceback helps
+    classified = classify_local(error)
+    if classified is not None:
+        return classified
+    reason = error.strerror or os.strerror(error.errno)
+    if isinstance(error, FileNotFoundError):
+        return BadInputError(f"{error.filename}: {reason}; fix the path")
+    return TransientError(f"{error.filename}: {reason}; retry")
 
 
 def run() -> NoReturn:
@@ -51,6 +85,7 @@ def run() -> NoReturn:
     for, exit handlers run, output flushed) without taking the interpreter apart: torch's
     modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
     shorten_spinning()  # before a subcommand imports torch
+    signal.signal(signal.SIGTERM, _raise_terminated)
     one_heap_for_all_threads()  # before any thread starts
     code = main()
     # What the interpreter's exit does first, in its order: threading's exit callbacks (which
@@ -341,11 +376,12 @@ def _add_eval(commands: Any) -> None:
 
 def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluation.command import evaluate_checkpoint
-    from .publishing import check_output_file, write_output_file
+    from .evaluation.output import check_metrics_output
+    from .publishing import write_output_file
 
     config = _load(args)
     if args.output:  # refused now rather than after the evaluation
-        check_output_file(args.output, config)
+        check_metrics_output(args.output, config)
     metrics = evaluate_checkpoint(config, reporter, filtered=args.filtered,
                                   filter_paths=args.filter_paths)
     if args.output:
@@ -442,11 +478,12 @@ def _add_config(commands: Any) -> None:
 
 def _run_config(args: argparse.Namespace, reporter: Reporter) -> int:
     from .config import config_json_schema
+    from .config.redaction import redacted
 
     if args.action == "schema":
         print_result(json.dumps(config_json_schema(), indent=2))
         return 0
     if not args.config:
         args.usage_error("check needs a CONFIG file")  # exits 2, as argparse's errors do
-    print_result(json.dumps(_load(args).to_dict(), indent=2))
+    print_result(json.dumps(redacted(_load(args).to_dict()), indent=2))
     return 0

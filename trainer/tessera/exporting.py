@@ -17,12 +17,12 @@ import pyarrow.csv as pa_csv
 import torch
 
 from .config import ConfigSchema
-from .errors import BadInputError, ConfigError
+from .errors import ConfigError
 from .model.featurized_entities import featurized_entity_embeddings
 from .progress import Reporter, Task
 from .publishing import staged_directory
 from .querying.names import partition_names
-from .storage.checkpoint import CheckpointStore, unread
+from .storage.checkpoint import CheckpointStore, read_consistently, unread
 from .storage.entities import (
     read_entity_counts,
     read_relation_names,
@@ -49,10 +49,7 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
     same names already in `output` are refused unless `overwrite`.
     """
     store = CheckpointStore.from_config(config)
-    version = store.current_version()
-    if version == 0:
-        raise BadInputError(f"{config.checkpoint_path}: no checkpoint to export; run "
-                            "`tessera train` first or fix checkpoint_path")
+    store.readable_version("export")  # before any work: a checkpoint is there
     types = list(entity_types or config.entities)
     for entity in types:
         if entity not in config.entities:
@@ -67,20 +64,24 @@ def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
              for name in _files_of(entity, output_format, featurized.get(entity))]
     names.append(RELATION_PARAMETERS_FILE)
     total = sum(sum(counts[entity]) for entity in types)
-    with staged_directory(target, names, overwrite=overwrite) as staging, \
-            reporter.task("export", total=total, unit="entities") as task:
-        for entity in types:
-            partitions = _partitions(store, version, entity_dir, entity, counts[entity],
-                                     config.entity_dimension(entity), task)
-            if entity in featurized:
-                _export_featurized(config, staging, entity_dir, entity, partitions,
-                                   output_format, featurized[entity], reporter)
-                continue
-            _write_embeddings(staging, embedding_files(entity, output_format),
-                              sum(counts[entity]), partitions, output_format)
-            reporter.event("exported embeddings", entity_type=entity,
-                           entities=sum(counts[entity]))
-        _write_relation_parameters(config, store, version, entity_dir, staging)
+
+    def export(version: int) -> None:
+        with staged_directory(target, names, overwrite=overwrite) as staging, \
+                reporter.task("export", total=total, unit="entities") as task:
+            for entity in types:
+                partitions = _partitions(store, version, entity_dir, entity, counts[entity],
+                                         config.entity_dimension(entity), task)
+                if entity in featurized:
+                    _export_featurized(config, staging, entity_dir, entity, partitions,
+                                       output_format, featurized[entity], reporter)
+                    continue
+                _write_embeddings(staging, embedding_files(entity, output_format),
+                                  sum(counts[entity]), partitions, output_format)
+                reporter.event("exported embeddings", entity_type=entity,
+                               entities=sum(counts[entity]))
+            _write_relation_parameters(config, store, version, entity_dir, staging)
+
+    read_consistently(store, "export", export)
     written = [target.url_of(name) for name in names]
     reporter.event("export published", files=written)
     return written

@@ -5,19 +5,29 @@ staging folder inside it (the same disk or bucket, so that moving a file into pl
 rename, not a copy, on disks: an output directory may be a mount point, whose sibling
 would be another disk), and moved into place only once all are complete. A failure at any
 moment leaves the output as it was: no half file, no file without its companions, no new
-empty directory. `tessera eval --output` writes one file, atomically, creating its folder.
+empty directory. A kill (no clean-up runs) during the moves is finished by the next export
+into that directory: the moves' list (`.tessera-export.json`) is written before them and
+deleted after, so the files still staged are moved into place first; a killed export's
+staging folder (its name says which process on which host made it) is removed by the next.
+`tessera eval --output` writes one file, atomically, creating its folder.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import posixpath
+import socket
 import uuid
 from collections.abc import Iterator, Sequence
 
-from .errors import BadInputError
+from .errors import BadInputError, TransientError
+from .processes import process_is_running
 from .storage.fs import Directory, StorageSettings
+
+MOVES_FILE = ".tessera-export.json"
+_STAGING_PREFIX = ".tessera-staging-"
 
 # Errors from the operating system that mean the user named an impossible place (a file
 # where a folder must be, a folder without write permission), not a passing outage.
@@ -32,22 +42,65 @@ def staged_directory(output: Directory, names: Sequence[str], *,
     Existing files of those names are refused (BadInputError naming the first) unless
     `overwrite`; other files in `output` are left alone.
     """
+    kind = output.kind()
+    created = kind is None
+    if kind == "directory":
+        _finish_killed_exports(output)
     _check_output_directory(output, names, overwrite)
-    created = output.kind() is None
-    staging = output.subdirectory(f".tessera-staging-{uuid.uuid4().hex}.tmp")
+    staging_name = f"{_STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}.tmp"
+    staging = output.subdirectory(staging_name)
     try:
         if staging.is_local:  # object stores have no folders to make
             with _bad_place_is_bad_input(output.url):  # no such folder can be made there
                 staging.makedirs()
         yield staging
+        output.write_text(MOVES_FILE, json.dumps({"staging": staging_name,
+                                                  "files": list(names)}))
         _move_all(staging, output, names)
     except BaseException:
         with contextlib.suppress(Exception):  # the original error matters more
             _remove_staging(staging)
+            output.delete(MOVES_FILE)
             if created:
                 _remove_empty_directory(output)
         raise
     _remove_staging(staging)
+    output.delete(MOVES_FILE)
+
+
+def _finish_killed_exports(output: Directory) -> None:
+    """Finish the moves of an export killed while it moved its files (all of them in place,
+    as it promised), and remove the staging folders of killed exports on this host."""
+    try:
+        moves = json.loads(output.read_text(MOVES_FILE))
+    except FileNotFoundError:
+        moves = None
+    except json.JSONDecodeError:  # cut short before any file moved: nothing to finish
+        moves = {"staging": "", "files": []}
+    if moves is not None:
+        staging = output.subdirectory(moves["staging"]) if moves["staging"] else None
+        if staging is not None and _made_by_a_live_process(moves["staging"]):
+            raise TransientError(f"{output.url}: another export is moving its files here; "
+                                 "retry when it has ended")
+        if staging is not None and staging.kind() == "directory":
+            present = set(staging.listdir())
+            for name in moves["files"]:
+                if name in present:
+                    staging.move(name, output)
+        output.delete(MOVES_FILE)
+    for name in output.listdir():
+        if name.startswith(_STAGING_PREFIX) and not _made_by_a_live_process(name):
+            _remove_staging(output.subdirectory(name))
+
+
+def _made_by_a_live_process(staging_name: str) -> bool:
+    """Whether the export that made this staging folder may still be running: it ran on
+    another host (who can tell), or its process on this host is alive."""
+    parts = staging_name.removeprefix(_STAGING_PREFIX).removesuffix(".tmp").rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or parts[0] != socket.gethostname():
+        return True
+    pid = int(parts[1])
+    return pid != os.getpid() and process_is_running(pid)
 
 
 def _check_output_directory(output: Directory, names: Sequence[str], overwrite: bool) -> None:

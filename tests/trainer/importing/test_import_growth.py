@@ -17,9 +17,13 @@ from test_import_edges import as_multiset, social_graph, write_tsv
 
 from tessera.errors import BadInputError
 from tessera.importing import ImportOptions, import_edges
-from tessera.importing.dictionary_update import STAGING_FOLDER, DictionaryUpdate
+from tessera.importing.dictionary_update import (
+    STAGING_FOLDER,
+    DictionaryUpdate,
+    complete_publication,
+)
 from tessera.importing.growth import fill_smallest_first
-from tessera.importing.writer import Publication
+from tessera.importing.lease import LEASE_FILE
 from tessera.progress import Reporter
 from tessera.storage.entities import read_relation_names
 from tessera.storage.fs import Directory
@@ -205,7 +209,8 @@ def test_a_killed_import_leaves_the_old_dictionary_and_a_rerun_completes(tmp_pat
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert {name: entities.read_text(name) for name in entities.listdir()
-            if name != STAGING_FOLDER} == before
+            if name not in (STAGING_FOLDER, LEASE_FILE, f".{LEASE_FILE}.lock")
+            } == before  # its lease (and the lock file contenders take it under): taken over
 
     rerun = tessera_import(new)
     assert rerun.wait(timeout=120) == 0, rerun.stderr.read() if rerun.stderr else ""
@@ -231,21 +236,34 @@ def test_a_damaged_dictionary_is_refused_naming_its_file(make_config, tmp_path, 
         import_edges(second, [write_tsv(tmp_path / "new.tsv", grown_rows())], SEEDED, QUIET)
 
 
-def test_a_failed_move_puts_the_extended_dictionary_back(make_config, tmp_path):
+def test_a_failed_move_leaves_the_new_dictionary_committed_for_the_next_import(
+        make_config, tmp_path, monkeypatch):
     first, _ = first_and_second(two_imports_config(make_config, (str(tmp_path), {})))
     import_edges(first, [write_tsv(tmp_path / "old.tsv", social_graph(400))], SEEDED, QUIET)
-    entities = tmp_path / "entities"
-    before = {path.name: path.read_text() for path in entities.iterdir()}
+    entities = Directory(str(tmp_path / "entities"))
     known = entity_names(first)
-    update = DictionaryUpdate(Directory(str(entities)),
-                              {"user": [len(known["user", part]) for part in range(3)],
-                               "item": [len(known["item", 0])]}, None)
+    update = DictionaryUpdate(entities, {"user": [len(known["user", part]) for part in range(3)],
+                                         "item": [len(known["item", 0])]}, None)
+    grown = {**known, **{("user", part): [*known["user", part], f"newuser{part}"]
+                         for part in range(3)}}
     for part in range(3):
-        update.stage_partition("user", part, [*known["user", part], f"newuser{part}"])
-    # The last partition's staged count file is a folder by now: it cannot be moved in place.
-    staged_count = entities / STAGING_FOLDER / "entity_count_user_2.txt"
-    staged_count.unlink()
-    staged_count.mkdir()
+        update.stage_partition("user", part, grown["user", part])
+    update.commit()
+    moves = 0
+    real_move = Directory.move
+
+    def third_move_fails(self, name, target):
+        nonlocal moves
+        moves += 1
+        if moves == 3:
+            raise OSError("no space left on device")
+        real_move(self, name, target)
+
+    monkeypatch.setattr(Directory, "move", third_move_fails)
     with pytest.raises(OSError):
-        update.publish(Publication())
-    assert {path.name: path.read_text() for path in entities.iterdir()} == before
+        update.finish()
+    monkeypatch.setattr(Directory, "move", real_move)
+    assert entity_names(first) == grown  # the committed dictionary, half of it still aside
+    assert complete_publication(entities)
+    assert STAGING_FOLDER not in entities.listdir()
+    assert entity_names(first) == grown

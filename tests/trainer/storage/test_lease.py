@@ -110,8 +110,9 @@ def test_of_runs_taking_the_lease_at_once_exactly_one_gets_it(backend, request):
     start = threading.Barrier(contenders)
     outcomes: list[str] = []
 
-    def contend() -> None:
+    def contend(index: int) -> None:
         lease = CheckpointLease(directory, "tessera train", settle=0.5)
+        lease.host = f"contender-{index}"  # threads of one process stand for runs on 4 hosts
         start.wait()
         try:
             lease.acquire()
@@ -119,7 +120,7 @@ def test_of_runs_taking_the_lease_at_once_exactly_one_gets_it(backend, request):
         except LeaseHeldError:
             outcomes.append("refused")
 
-    threads = [threading.Thread(target=contend) for _ in range(contenders)]
+    threads = [threading.Thread(target=contend, args=(index,)) for index in range(contenders)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -1,76 +1,63 @@
 """Read a config file (YAML, JSON or a PBG-style Python file) and apply `-p key=value` overrides.
 
-YAML and JSON may live at any fsspec URL. Python configs are executed from a local path, as
-PBG does, but without touching `sys.path`.
+YAML and JSON may live at any fsspec URL, and are parsed strictly (`text_formats`). Python
+configs are executed from a local path, as PBG does, but without touching `sys.path`.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
+import io
 import os
-import re
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import fsspec
-import yaml
 
 from ..errors import ConfigError
+from ..os_errors import classify_local
 from .schema import ConfigSchema
+from .text_formats import parse_json, parse_yaml
 from .validate import parse_config
-
-
-class _YamlLoader(yaml.SafeLoader):
-    """A SafeLoader that also reads `1e-3` as a number (YAML 1.2), as users expect."""
-
-
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)$|^[-+]?(?:\d+\.\d*|\.\d+)$"),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as error:
-        raise ConfigError(source, f"not valid YAML: {_one_line(error)}") from None
-
-
-def _one_line(error: yaml.YAMLError) -> str:
-    """PyYAML's message without its source excerpt, with the line and column it points at."""
-    if not isinstance(error, yaml.MarkedYAMLError) or error.problem_mark is None:
-        return " ".join(str(error).split())
-    mark = error.problem_mark
-    return f"line {mark.line + 1}, column {mark.column + 1}: {error.problem}" + (
-        f" ({error.context})" if error.context else "")
 
 
 def read_config_dict(location: str) -> dict[str, Any]:
     """The raw mapping a config file holds, before validation."""
     if location.endswith(".py"):
         return _read_python_config(location)
-    try:
-        with fsspec.open(location, "rt", encoding="utf-8") as file:
-            text = file.read()
-    except FileNotFoundError:
-        raise ConfigError(location, "config file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(location, "this is a folder; give the config file in it") from None
+    text = _read_text(location)
     if location.endswith(".json"):
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ConfigError(location, f"not valid JSON: {error}") from None
+        raw = parse_json(text, location)
     else:
         raw = parse_yaml(text, location)
     if not isinstance(raw, dict):
         raise ConfigError(location, "the config must be a mapping of keys to values")
     return raw
+
+
+def _read_text(location: str) -> str:
+    """The file's text, decoded as UTF-8 (universal newlines, as a text-mode open reads)."""
+    try:
+        with fsspec.open(location, "rb") as file:
+            data = file.read()
+    except FileNotFoundError:
+        raise ConfigError(location, "config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(location, "this is a folder; give the config file in it") from None
+    except OSError as error:  # a symlink loop, a file in the path, a refused permission...
+        classified = classify_local(error, location)
+        if classified is None:
+            raise
+        raise classified from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise ConfigError(location, f"line {line}: byte 0x{data[error.start]:02x} is not UTF-8 "
+                                    "text; save the config as UTF-8") from None
+    return io.StringIO(text, newline=None).read()
 
 
 def _read_python_config(location: str) -> dict[str, Any]:

@@ -193,7 +193,8 @@ class ConfigSchema:
     half_precision: bool = option(False, help="Train in float16 (GPU only).")
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain, JSON-serialisable copy (what `config.json` of a checkpoint holds)."""
+        """A plain, JSON-serialisable copy, secrets included: what is written or printed goes
+        through `redaction.redacted` first."""
         return dataclasses.asdict(self)
 
     def entity_dimension(self, entity: str) -> int:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, Literal, Union
 
 from ..errors import ConfigError
+from .redaction import check_not_redacted
 from .schema import ConfigSchema
 from .transport_keys import check_transport_keys
 
@@ -94,6 +96,9 @@ def _parse_scalar(hint: type, value: Any, path: str) -> Any:
             return value
     elif hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN passes every bound; no key means infinity
+                raise ConfigError(path, f"expected a finite number, got {value}; for no "
+                                  "limit, give a large one")
             return float(value)
     elif hint is str:
         if isinstance(value, str):
@@ -161,3 +166,4 @@ def check_consistency(config: ConfigSchema) -> None:
     if config.eval_fraction >= 1:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
     check_transport_keys(config)
+    check_not_redacted(config.storage_options)

@@ -29,6 +29,7 @@ from ..training.coordinator import (
     check_trainable,
     iteration_metadata,
     make_schedule,
+    preserved_as,
     publish_checkpoint,
     report_early_stop,
 )
@@ -134,9 +135,10 @@ class DistributedCheckpointer:
         started = time.monotonic()
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.backend.write_checkpoint(version, metadata)
-        self.store.commit(version, self.config.to_dict())
-        publish_checkpoint(self.config, self.schedule, self.store, version, position,
-                           self.lock.position_records(position), self.reporter,
+        self.store.commit(version, self.config.to_dict(),
+                          stats=self.lock.position_records(position),
+                          preserve_as=preserved_as(self.config, self.schedule, position))
+        publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
                            time.monotonic() - started)
         stop = self.lock.committed(position, version)
         if stop:

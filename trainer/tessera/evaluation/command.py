@@ -24,11 +24,10 @@ from ..config import ConfigSchema
 from ..data.batching import iter_batches
 from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..edgelist import EdgeList
-from ..errors import BadInputError
 from ..model import EmbeddingModel
 from ..model.model_io import load_model
 from ..progress import Reporter
-from ..storage.checkpoint import CheckpointStore, unread
+from ..storage.checkpoint import CheckpointStore, read_consistently, unread
 from ..storage.entity_features import EntityFeatures
 from .featurized import entity_tables, featurized_side_ids, read_featurized_entities
 from .filtering import KnownEdges, mask_known
@@ -46,17 +45,16 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     data = GraphData(config)
     check_has_edges(data)
     store = CheckpointStore.from_config(config)
-    version = store.current_version()
-    if version == 0:
-        raise BadInputError(f"{config.checkpoint_path}: no checkpoint to evaluate; run "
-                            "`tessera train` first or fix checkpoint_path")
     total = sum(sum(sizes.values()) for sizes in data.bucket_sizes)
-    with reporter.task("eval", total=total, unit="edges") as task:
-        if filtered:
-            metrics = _filtered(config, data, store, version, filter_paths or config.edge_paths,
-                                task)
-        else:
-            metrics = _raw(config, data, store, version, task)
+
+    def evaluate(version: int) -> tuple[int, RankingMetrics]:
+        with reporter.task("eval", total=total, unit="edges") as task:
+            if filtered:
+                return version, _filtered(config, data, store, version,
+                                          filter_paths or config.edge_paths, task)
+            return version, _raw(config, data, store, version, task)
+
+    version, metrics = read_consistently(store, "evaluate", evaluate)
     result = {"mode": "filtered" if filtered else "raw", "checkpoint_version": version,
               "ranked_against": _ranked_against(config, data, filtered,
                                                 filter_paths or config.edge_paths),

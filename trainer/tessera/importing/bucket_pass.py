@@ -19,9 +19,10 @@ from .bucketing import BucketSlice, PlacedEdges, split_by_bucket
 from .fingerprint import combine
 from .layout import OFFSET_MASK, PLACE_SHIFT, Layout
 from .plan import ImportPlan
+from .publication import Publication
 from .read_ahead import read_ahead
 from .spill import EdgeIds, EdgeIdSpill
-from .writer import BucketWriters, Publication
+from .writer import BucketWriters
 
 MAX_OPEN_BUCKETS = 128
 # Edges placed at a time: the second pass makes several arrays per edge, and its blocks need
@@ -31,7 +32,7 @@ BLOCK_EDGES = 2**18
 
 def write_buckets(plan: ImportPlan, input_index: int, spill: EdgeIdSpill, layout: Layout,
                   publication: Publication, task: Task) -> int:
-    """Write every bucket of one input's edge directory; returns the edges written."""
+    """Stage every bucket of one input's edge directory; returns the edges written."""
     edge_dir = plan.inputs[input_index].edge_dir
     num_lhs, num_rhs = plan.grid
     written = 0

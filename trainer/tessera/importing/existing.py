@@ -3,8 +3,10 @@
 An import into a folder that already holds entity files keeps every known entity where it is
 (type, partition, offset) and, with dynamic relations, every known relation type's id: the
 known names are put into the new import's name dictionaries first, before any input is read.
-The count files say what is known: a names file holding more names than its count (an import
-stopped while moving its dictionary into place) has its extra names read as new ones.
+The count files say what is known: a names file holding more names than its count (left by
+an older Tessera's import stopped while moving its dictionary into place) has its extra names
+read as new ones. The importer reads it holding the entity_path lease, after finishing or
+clearing what a stopped import left (`publication`).
 """
 
 from __future__ import annotations

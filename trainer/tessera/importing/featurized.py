@@ -13,7 +13,8 @@ the files PBG reads (see its featurized-entities documentation):
 
 The entities of the type are those of its features file, in its order; an entity of the edge
 lists without a row there is an error, naming it, found before any file is written. Buckets
-are rewritten one block of rows at a time, each published whole as it was before.
+are rewritten in their staging folder (`publication`) one block of rows at a time, each
+written whole again, as it was the first time.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pyarrow.compute as pc
 
 from ..errors import BadInputError
 from ..progress import Reporter
-from ..storage.edges import bucket_file, open_bucket_writer, read_bucket, read_bucket_size
+from ..storage.edges import open_bucket_writer, read_bucket, read_bucket_size
 from ..storage.entity_features import entity_features_file, write_entity_features
 from ..storage.fs import Directory
 from .dictionary_update import DictionaryUpdate
@@ -32,7 +33,7 @@ from .features_input import FeatureTable, read_feature_table
 from .layout import Layout
 from .name_pass import NameTables
 from .plan import ImportPlan
-from .writer import Publication
+from .publication import Publication
 
 REWRITE_BLOCK_EDGES = 2**18
 
@@ -77,16 +78,16 @@ def featurize(plan: ImportPlan, tables: dict[str, FeatureTable],
         return
     for source in plan.inputs:
         for lhs_part, rhs_part in plan.buckets:
-            _rewrite_bucket(source.edge_dir, lhs_part, rhs_part, sides, tables,
-                            entity_indices, publication)
+            _rewrite_bucket(publication.staging_for(source.edge_dir), lhs_part, rhs_part,
+                            sides, tables, entity_indices)
 
 
 def _write_entity_files(directory: Directory, entity_type: str, table: FeatureTable,
                         update: DictionaryUpdate, publication: Publication) -> None:
     # The staged count and names become the features' (the rows of the type's table).
     update.stage_partition(entity_type, 0, table.feature_names)
-    write_entity_features(directory, entity_type, table.entities)
-    publication.published(directory, entity_features_file(entity_type))
+    write_entity_features(publication.staging_for(directory), entity_type, table.entities)
+    publication.staged(directory, entity_features_file(entity_type))
 
 
 def _featurized_sides(plan: ImportPlan) -> dict[str, str]:
@@ -101,7 +102,8 @@ def _featurized_sides(plan: ImportPlan) -> dict[str, str]:
 
 def _rewrite_bucket(directory: Directory, lhs_part: int, rhs_part: int,
                     sides: dict[str, str], tables: dict[str, FeatureTable],
-                    entity_indices: dict[str, np.ndarray], publication: Publication) -> None:
+                    entity_indices: dict[str, np.ndarray]) -> None:
+    """Rewrite a staged bucket (it stays listed in the publication)."""
     size = read_bucket_size(directory, lhs_part, rhs_part)
     with open_bucket_writer(directory, lhs_part, rhs_part) as writer:
         for start in range(0, max(size, 1), REWRITE_BLOCK_EDGES):  # empty: empty datasets
@@ -116,4 +118,3 @@ def _rewrite_bucket(directory: Directory, lhs_part: int, rhs_part: int,
                 featurized[f"{side}_entities"] = entities
                 columns[side] = np.full(len(entities), -1, dtype=np.int64)  # as PBG requires
             writer.append(edges.rel, columns["lhs"], columns["rhs"], **featurized)
-    publication.published(directory, bucket_file(lhs_part, rhs_part))

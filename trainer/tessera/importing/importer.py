@@ -4,14 +4,16 @@ Two passes, PBG's importer made vectorised and streaming: the first reads every 
 and builds the name dictionaries (spilling each edge as ids to a local file), then entities
 are laid out in partitions, then the second pass writes the buckets of each input from the
 spilled ids while a thread stages the entity files, featurized entity types are turned into
-bags of features (`featurized`), and last the entity files are moved into place. Each pass
-runs as a pipeline on two cores: one thread reads and hashes (or places and sorts) the next
-block while another encodes (or writes) the current one. Memory holds the dictionaries and a
-few blocks, never the edge list. If anything fails, every file this import published is
-deleted (and an extended dictionary restored).
+bags of features (`featurized`), and last every file is published at once (`publication`):
+buckets and entity files are staged aside, committed together, then moved into place. Each
+pass runs as a pipeline on two cores: one thread reads and hashes (or places and sorts) the
+next block while another encodes (or writes) the current one. Memory holds the dictionaries
+and a few blocks, never the edge list. If anything fails before the commit, every file this
+import staged is deleted and nothing in place has changed.
 
-A dictionary already in `entity_path` is extended (`existing`): known entities and relation
-types keep their ids, new ones are appended.
+An import holds a lease on `entity_path` (`lease`) from before it reads anything there. A
+dictionary already in it is extended (`existing`): known entities and relation types keep
+their ids, new ones are appended.
 """
 
 from __future__ import annotations
@@ -27,16 +29,18 @@ from .bucket_pass import num_rounds, write_buckets
 from .dictionary import FingerprintCollision
 from .dictionary_update import DictionaryUpdate
 from .existing import ExistingDictionary, read_existing_dictionary
+from .features_input import FeatureTable
 from .featurized import featurize, featurized_entity_indices, read_feature_tables
 from .layout import Layout, lay_out
+from .lease import entity_path_lease
 from .name_pass import NameTables, read_names
 from .options import ImportOptions
 from .plan import ImportPlan, plan_import
+from .publication import Publication, complete_publication
 from .read_progress import reading_unit
 from .readers import input_size
 from .spill import EdgeIdSpill
 from .summary import ImportSummary, InputSummary
-from .writer import Publication
 
 # Salts tried before giving up: each retry follows a fingerprint collision between two
 # different names, which is already unlikely once (about n^2 / 2^64 for n names).
@@ -49,17 +53,25 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
     started = time.monotonic()
     plan = plan_import(config, inputs, options)
     feature_tables = read_feature_tables(plan)
+    with entity_path_lease(plan.entity_dir, reporter):
+        if complete_publication(plan.entity_dir):
+            reporter.event("import: finished publishing the files of a stopped import")
+        return _import(plan, feature_tables, reporter, started)
+
+
+def _import(plan: ImportPlan, feature_tables: dict[str, FeatureTable], reporter: Reporter,
+            started: float) -> ImportSummary:
     existing = read_existing_dictionary(plan)
     if existing is not None and feature_tables:
         raise BadInputError("--features: a featurized import cannot extend the dictionary "
                             f"in {plan.entity_dir.url} (its entity files name features); "
                             "import into a new entity_path, or pass --replace-dictionary")
-    update = DictionaryUpdate(plan.entity_dir,
-                              _known_counts(plan, existing),
-                              _known_relations(existing))
-    publication = Publication()
+    publication = Publication(plan.entity_dir, [source.edge_dir for source in plan.inputs])
+    update = DictionaryUpdate(plan.entity_dir, _known_counts(plan, existing),
+                              _known_relations(existing), publication)
     try:
-        with EdgeIdSpill(options.work_dir) as spill:
+        publication.begin()
+        with EdgeIdSpill(plan.options.work_dir) as spill:
             tables = _read_names(plan, spill, reporter, existing)
             edges_read = tables.edges_read
             layout = lay_out(plan, tables)
@@ -75,11 +87,11 @@ def import_edges(config: ConfigSchema, inputs: Sequence[str], options: ImportOpt
                 written = _write_all_buckets(plan, spill, layout, publication, reporter)
                 staged.result()
         featurize(plan, feature_tables, entity_indices, update, publication, reporter)
-        update.publish(publication)
+        publication.commit()
     except BaseException:
-        update.discard()
-        publication.undo()
+        publication.discard()
         raise
+    publication.finish()
     summary = _summary(plan, edges_read, layout, written, time.monotonic() - started,
                        update.extends)
     reporter.event("import done", edges_read=summary.edges_read,

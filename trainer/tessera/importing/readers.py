@@ -3,21 +3,27 @@
 `read_edge_blocks` yields `EdgeBlock`s of at most `block_edges` rows holding the chosen
 columns (0-based indices) as Arrow strings, whatever the format: delimited text (TSV, CSV) or
 Parquet. Each block can say where its rows came from ("line 17", "row 17"), so that errors
-name a place a user can open.
+name a place a user can open; an empty name, or one holding a NUL byte, is refused
+(`name_check`), and so is a compressed input cut short or damaged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import lzma
 import posixpath
+import zlib
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import fsspec
 
-from ..errors import BadInputError
+from ..errors import BadInputError, FormatError
+from ..storage.failures import one_line
 from ..storage.retry import translate_errors
 from .edge_blocks import Columns, EdgeBlock
+from .name_check import checked_names
 from .parquet_input import parquet_blocks
 from .text_input import DelimitedText
 
@@ -55,13 +61,14 @@ def read_edge_blocks(url: str, *, input_format: str, columns: Columns, block_edg
     """
     storage_options = storage_options or {}
     with translate_errors(url, storage_options), \
-            _open_input(url, storage_options) as (file, size):
+            _open_input(url, storage_options) as (file, size), _decompression_errors(url):
         if input_format == "parquet":
-            yield from parquet_blocks(url, file, columns, block_edges)
+            blocks = parquet_blocks(url, file, columns, block_edges)
         else:
             text = DelimitedText(url, delimiter or DEFAULT_DELIMITERS[input_format],
                                  quoted=input_format == "csv", columns=columns)
-            yield from text.blocks(file, size, block_edges, skip_rows)
+            blocks = text.blocks(file, size, block_edges, skip_rows)
+        yield from checked_names(url, columns, blocks)
 
 
 def input_size(url: str, storage_options: Mapping[str, Any] | None = None) -> int | None:
@@ -76,6 +83,28 @@ def input_size(url: str, storage_options: Mapping[str, Any] | None = None) -> in
             return int(fs.size(path))
         except (FileNotFoundError, IsADirectoryError):
             return None
+
+
+@contextlib.contextmanager
+def _decompression_errors(url: str) -> Iterator[None]:
+    """A compressed input cut short or damaged is bad input naming it (not, as its bare
+    OSError would say, a storage outage)."""
+    if not fsspec.utils.infer_compression(url):
+        yield
+        return
+    try:
+        yield
+    except (EOFError, zlib.error, lzma.LZMAError, gzip.BadGzipFile) as error:
+        raise _damaged(url, error) from error
+    except OSError as error:
+        if error.errno is not None:  # a disk error, not the data's
+            raise
+        raise _damaged(url, error) from error  # bz2's "Invalid data stream"
+
+
+def _damaged(url: str, error: BaseException) -> FormatError:
+    return FormatError(url, f"the compressed data is cut short or damaged ({one_line(error)}); "
+                            "copy or compress the file again")
 
 
 @contextlib.contextmanager

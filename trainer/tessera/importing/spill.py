@@ -5,6 +5,8 @@ once all names are known can they be given partitions and offsets, which the sec
 by reading these ids back. Keeping them on local disk instead of reading the inputs again
 makes the second pass cheap (no parsing, no hashing, no second download of a remote input)
 and keeps memory independent of the number of edges: the file costs 12 bytes an edge.
+The file has no name (or loses it at once) and mode 0600: it goes with the process however
+that ends, a kill included, and no other user reads the edges meanwhile.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import BinaryIO
 
 import numpy as np
 
@@ -37,9 +38,8 @@ class EdgeIdSpill:
     """Appends blocks of edge ids per input, then reads each input's blocks back in order."""
 
     def __init__(self, directory: str | None = None) -> None:
-        handle, self.path = tempfile.mkstemp(prefix="tessera-import-", suffix=".ids",
-                                             dir=directory)
-        self._file = os.fdopen(handle, "w+b")
+        self._file = tempfile.TemporaryFile(prefix="tessera-import-", suffix=".ids",
+                                            dir=directory)
         self._blocks: list[tuple[int, int, int]] = []  # (input index, byte offset, edges)
 
     def __enter__(self) -> EdgeIdSpill:
@@ -51,8 +51,6 @@ class EdgeIdSpill:
 
     def close(self) -> None:
         self._file.close()
-        if os.path.exists(self.path):
-            os.unlink(self.path)
 
     def clear(self) -> None:
         """Forget everything written (the first pass starts over)."""
@@ -71,17 +69,25 @@ class EdgeIdSpill:
     def blocks(self, input_index: int, max_edges: int | None = None) -> Iterator[EdgeIds]:
         """The edges appended for one input, in order, in blocks of at most `max_edges`."""
         self._file.flush()
-        with open(self.path, "rb") as file:
-            for index, offset, count in self._blocks:
-                if index != input_index:
-                    continue
-                step = max_edges or count
-                for start in range(0, count, step):
-                    size = min(step, count - start)
-                    yield EdgeIds(*(_read_ids(file, offset + (part * count + start) * 4, size)
-                                    for part in range(3)))
+        handle = self._file.fileno()
+        for index, offset, count in self._blocks:
+            if index != input_index:
+                continue
+            step = max_edges or count
+            for start in range(0, count, step):
+                size = min(step, count - start)
+                yield EdgeIds(*(_read_ids(handle, offset + (part * count + start) * 4, size)
+                                for part in range(3)))
 
 
-def _read_ids(file: BinaryIO, offset: int, count: int) -> np.ndarray:
-    file.seek(offset)
-    return np.fromfile(file, dtype=ID_DTYPE, count=count).astype(np.int64)
+def _read_ids(handle: int, offset: int, count: int) -> np.ndarray:
+    """`count` ids at `offset`, read by position: the writer's file offset stays put."""
+    ids = np.empty(count, ID_DTYPE)
+    view = ids.data.cast("B")
+    done = 0
+    while done < len(view):
+        read = os.preadv(handle, [view[done:]], offset + done)
+        if read == 0:
+            raise EOFError(f"edge id spill file: {len(view) - done} bytes missing")
+        done += read
+    return ids.astype(np.int64)

@@ -1,9 +1,8 @@
-"""Publishing what an import produces (entity files, bucket files), all or nothing.
+"""Writing the buckets of an import into their edge paths' staging folders.
 
-Every file is published atomically by the storage layer; `Publication` remembers each one, so
-that an import that fails half way deletes what it had already published instead of leaving
-new buckets next to old entity counts. `BucketWriters` keeps one open `BucketWriter` per
-bucket of an edge directory and publishes them all, or none, when its `with` block ends.
+`BucketWriters` keeps one open `BucketWriter` per bucket of an edge directory and, when its
+`with` block ends, closes them all, each file written atomically into the staging folder that
+the import's `Publication` names, where it waits for the import's commit.
 """
 
 from __future__ import annotations
@@ -16,29 +15,13 @@ from types import TracebackType
 from ..storage.edges import BucketWriter, bucket_file, open_bucket_writer
 from ..storage.fs import Directory
 from .bucketing import BucketSlice
+from .publication import Publication
 
-PUBLISHING_THREADS = 8  # bucket files closed and published at once
-
-
-class Publication:
-    """The files this import has published so far."""
-
-    def __init__(self) -> None:
-        self.files: list[tuple[Directory, str]] = []
-
-    def published(self, directory: Directory, name: str) -> None:
-        self.files.append((directory, name))
-
-    def undo(self) -> None:
-        """Delete every published file (best effort: the original error matters more)."""
-        for directory, name in reversed(self.files):
-            with contextlib.suppress(Exception):
-                directory.delete(name)
-        self.files.clear()
+PUBLISHING_THREADS = 8  # bucket files closed at once
 
 
 class BucketWriters:
-    """Writers for some buckets of one edge directory, published together on a clean exit."""
+    """Writers for some buckets of one edge directory, staged together on a clean exit."""
 
     def __init__(self, directory: Directory, buckets: Sequence[tuple[int, int]],
                  publication: Publication) -> None:
@@ -50,7 +33,8 @@ class BucketWriters:
     def __enter__(self) -> BucketWriters:
         try:
             for lhs_part, rhs_part in self.buckets:
-                writer = open_bucket_writer(self.directory, lhs_part, rhs_part)
+                writer = open_bucket_writer(self.publication.staging_for(self.directory),
+                                            lhs_part, rhs_part)
                 writer.__enter__()
                 self._writers[lhs_part, rhs_part] = writer
         except BaseException as error:
@@ -72,24 +56,25 @@ class BucketWriters:
         if exc is not None:
             self._abort([writer for _, writer in writers], exc)
             return
-        # Publishing a bucket ends in waits for the disk (fsync) or the network (upload), not
-        # for the CPU: several at once. A bucket that fails leaves nothing; those published
-        # are recorded, so the import's undo deletes them too.
+        # Closing a bucket ends in waits for the disk (fsync) or the network (upload), not for
+        # the CPU: several at once. A bucket that fails leaves nothing; the others wait in the
+        # staging folder, which the failed import deletes.
         with concurrent.futures.ThreadPoolExecutor(PUBLISHING_THREADS) as pool:
             closing = [(key, pool.submit(writer.__exit__, None, None, None))
                        for key, writer in writers]
-        failures = []
+        failures: list[BaseException] = []
         for (lhs_part, rhs_part), future in closing:
-            if future.exception() is None:
-                self.publication.published(self.directory, bucket_file(lhs_part, rhs_part))
+            error = future.exception()
+            if error is None:
+                self.publication.staged(self.directory, bucket_file(lhs_part, rhs_part))
             else:
-                failures.append(future.exception())
+                failures.append(error)
         if failures:
             raise failures[0]
 
     @staticmethod
     def _abort(writers: Sequence[BucketWriter], error: BaseException) -> None:
-        """Close writers without publishing them."""
+        """Close writers without keeping their files."""
         for writer in writers:
             with contextlib.suppress(Exception):
                 writer.__exit__(type(error), error, error.__traceback__)

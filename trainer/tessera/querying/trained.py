@@ -59,10 +59,7 @@ class TrainedModel:
         self.config = config
         self.reporter = reporter or Reporter("quiet")
         self.store = CheckpointStore.from_config(config)
-        self.version = self.store.current_version()
-        if self.version == 0:
-            raise BadInputError(f"{config.checkpoint_path}: no checkpoint to query; run "
-                                "`tessera train` first or fix checkpoint_path")
+        self.version = self.store.readable_version("query")
         self._data = GraphData(config)
         self.entity_counts = self._data.entity_counts
         self.relation_names = self._read_relation_names()

@@ -13,10 +13,17 @@ file changes, and the files of N are deleted only after: at every moment the dir
 complete, readable committed version. Version 0 means "no committed version"; reading it uses
 PBG's unversioned names (`model.h5`, `embeddings_{type}_{part}.h5`), which is what an
 `init_path` made by hand or by another tool contains.
+
+What a commit does after its version file (append the chunk's statistics, copy the version
+into `epoch_N/`) is written first into `commit_journal.json`, so that a run that resumes after
+a crash finishes it exactly once. A directory that lost its version file (or says 0) while
+complete versions are in it is taken to be at its newest complete version: nothing a crash, a
+partial sync or a restore of the `*.h5` files alone left is ever deleted as uncommitted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -28,7 +35,8 @@ from typing import Any, BinaryIO, Protocol, TypeVar, cast, overload
 import h5py
 import numpy as np
 
-from ..errors import BadInputError, FormatError, TesseraError
+from ..config.redaction import redacted
+from ..errors import BadInputError, FormatError, TesseraError, TransientError
 from .fs import Directory, StorageSettings
 from .hdf5 import (
     FORMAT_VERSION_ATTR,
@@ -43,6 +51,7 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_VERSION_FILE = "checkpoint_version.txt"
 CONFIG_FILE = "config.json"
 STATS_FILE = "training_stats.json"
+JOURNAL_FILE = "commit_journal.json"
 EMBEDDINGS_DATASET = "embeddings"
 MODEL_GROUP = "model"
 OPTIMIZER_STATE_DATASET = "optimizer/state_dict"
@@ -131,6 +140,15 @@ class CheckpointStore:
                               f"{text.strip()[:40]!r}")
         return int(text)
 
+    def readable_version(self, purpose: str) -> int:
+        """The committed version, for a command that needs one (`purpose`: "evaluate"...)."""
+        version = self.current_version()
+        if version == 0:
+            raise BadInputError(f"{self.directory.url}: no checkpoint to {purpose}"
+                                f"{self._no_version_hint() if self._has_versions() else ''}; "
+                                "run `tessera train` first or fix checkpoint_path")
+        return version
+
     def read_config(self) -> dict[str, Any]:
         """The config (as a plain dict) of the committed checkpoint."""
         url = self.directory.url_of(CONFIG_FILE)
@@ -171,7 +189,7 @@ class CheckpointStore:
         version = self._resolve(version)
         name = embeddings_file(entity_type, part, version)
         url = self.directory.url_of(name)
-        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+        with self._reading(name, version) as file:
             check_format_version(file, url)
             return int(_embeddings_dataset(file, url, None, None).shape[0])
 
@@ -202,7 +220,7 @@ class CheckpointStore:
         version = self._resolve(version)
         name = embeddings_file(entity_type, part, version)
         url = self.directory.url_of(name)
-        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+        with self._reading(name, version) as file:
             check_format_version(file, url)
             dataset = _embeddings_dataset(file, url, num_entities, dimension)
             if out is None:
@@ -222,7 +240,7 @@ class CheckpointStore:
         file opened once: a reader that needs one block at a time never holds the partition."""
         name = embeddings_file(entity_type, part, version)
         url = self.directory.url_of(name)
-        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+        with self._reading(name, version) as file:
             check_format_version(file, url)
             dataset = _embeddings_dataset(file, url, num_entities, dimension)
             rows, columns = dataset.shape
@@ -238,7 +256,7 @@ class CheckpointStore:
         reading the rest of the file."""
         name = embeddings_file(entity_type, part, version)
         url = self.directory.url_of(name)
-        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+        with self._reading(name, version) as file:
             check_format_version(file, url)
             dataset = _embeddings_dataset(file, url, num_entities, dimension)
             unique, inverse = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
@@ -272,7 +290,7 @@ class CheckpointStore:
         version = self._resolve(version)
         name = model_file(version)
         url = self.directory.url_of(name)
-        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+        with self._reading(name, version) as file:
             check_format_version(file, url)
             return _read_parameters(file, url), _read_optimizer_state(file, url, None)
 
@@ -281,18 +299,22 @@ class CheckpointStore:
         """The metadata attributes of the model file, or of one (type, part) embeddings file."""
         version = self._resolve(version)
         name = model_file(version) if entity is None else embeddings_file(*entity, version)
-        with reading_hdf5(self.directory, name, self._missing_hint(version)) as file:
+        with self._reading(name, version) as file:
             check_format_version(file, self.directory.url_of(name))
             return {key: _plain(value) for key, value in file.attrs.items()
                     if key != FORMAT_VERSION_ATTR}
 
     # Committing, preserving, cleaning up.
 
-    def commit(self, version: int, config: Mapping[str, Any]) -> None:
+    def commit(self, version: int, config: Mapping[str, Any], *,
+               stats: Iterable[Mapping[str, Any]] = (), preserve_as: int | None = None) -> None:
         """Make `version` the checkpoint: its files must all be written already.
 
-        Writes config.json, then atomically the version file (from that instant on, and only
-        then, the new version counts), then deletes the files of older versions.
+        Writes the journal of what follows the commit (`stats` to append, `preserve_as`: the
+        epoch count whose `epoch_N/` copy this version is) and config.json, then
+        atomically the version file (from that instant on, and only then, the new version
+        counts), then deletes the files of older versions. `finish_commit` does the journal's
+        work; a crash before it ends is finished by the next `remove_uncommitted`.
         """
         self._check_writable(version)
         missing = self._missing_files(version, config)
@@ -300,9 +322,32 @@ class CheckpointStore:
             raise FormatError(self.directory.url_of(missing[0]),
                               f"missing, so version {version} cannot be committed "
                               f"({len(missing)} file(s) missing in all)")
-        self.directory.write_text(CONFIG_FILE, json.dumps(config, indent=4))
+        journal = {"version": version, "stats": list(stats), "preserve_as": preserve_as}
+        if journal["stats"] or preserve_as is not None:
+            self.directory.write_text(JOURNAL_FILE, json.dumps(journal, default=_json_value))
+        self.directory.write_text(CONFIG_FILE, json.dumps(redacted(config), indent=4))
         self.directory.write_text(CHECKPOINT_VERSION_FILE, f"{version}\n")
         self._delete_versions(lambda found: found < version, best_effort=True)
+
+    def finish_commit(self) -> None:
+        """Do what the journal of the committed version asks (append its statistics unless
+        they are already the last records, preserve it), then delete the journal. A journal
+        of a version that was never committed is deleted undone."""
+        try:
+            journal = json.loads(self.directory.read_text(JOURNAL_FILE))
+        except FileNotFoundError:
+            return
+        except json.JSONDecodeError as error:
+            raise FormatError(self.directory.url_of(JOURNAL_FILE),
+                              f"invalid JSON ({error}); delete it (the chunk's statistics "
+                              "and epoch copy are lost, the checkpoint is not)") from error
+        if journal.get("version") == self.current_version():
+            records = [json.loads(json.dumps(r, default=_json_value)) for r in journal["stats"]]
+            if records and self.read_stats()[-len(records):] != records:
+                self.append_stats(records)
+            if journal.get("preserve_as") is not None:
+                self.preserve(int(journal["preserve_as"]))
+        self.directory.delete(JOURNAL_FILE)
 
     def preserve(self, epochs_done: int) -> CheckpointStore:
         """Copy the committed version into `epoch_{epochs_done}/`, a checkpoint of its own."""
@@ -323,7 +368,9 @@ class CheckpointStore:
 
         Call it once at start-up, before any process writes here (holding the lease): a
         version above the committed one was never committed (a checkpoint cut short), one
-        below it is a deletion cut short, a `.tmp` file a write cut short. When the committed
+        below it is a deletion cut short, a `.tmp` file a write cut short; a journal left by
+        a commit is finished. When the version file is missing (or says 0) the newest complete
+        version is made the committed one again. When the committed
         version itself is incomplete (a partial copy, a hand edit), the other versions may be
         all that is left, so nothing is deleted and the error says which versions are
         complete. `config` is the run's; the checkpoint's own config.json, when there is one,
@@ -332,10 +379,13 @@ class CheckpointStore:
         committed = self.current_version()
         if committed > 0:
             self._check_committed_complete(committed, config)
+        else:
+            committed = self._restore_version_file(config)
         self._delete_versions(lambda found: found != committed, best_effort=False)
         for name in self.directory.listdir():
             if name.startswith(".") and name.endswith(".tmp"):  # see Directory.writing
                 self.directory.delete(name)
+        self.finish_commit()
 
     # Training statistics.
 
@@ -370,14 +420,46 @@ class CheckpointStore:
 
     # Internals.
 
+    def _has_versions(self) -> bool:
+        return any(_version_of(name) for name in self.directory.listdir())
+
     def _resolve(self, version: int | None) -> int:
         return self.current_version() if version is None else version
 
-    def _missing_hint(self, version: int) -> str:
+    @contextlib.contextmanager
+    def _reading(self, name: str, version: int) -> Iterator[h5py.File]:
+        """Open a file of `version`; when it is missing, say why: a commit replaced that
+        version while it was read (transient: `read_consistently` reads the new one), the
+        version is incomplete, or no version is committed."""
+        try:
+            with reading_hdf5(self.directory, name) as file:
+                yield file
+        except BadInputError as error:
+            if not isinstance(error.__cause__, FileNotFoundError):
+                raise
+            raise self._missing(name, version) from error.__cause__
+
+    def _missing(self, name: str, version: int) -> TesseraError:
+        url = self.directory.url_of(name)
         if version == 0:
-            return (f" (there is no {CHECKPOINT_VERSION_FILE}, so the unversioned name was "
-                    "tried)")
-        return f" (checkpoint version {version} is incomplete)"
+            return BadInputError(f"{url}: file not found{self._no_version_hint()}")
+        newest = self.current_version()
+        if newest != version:
+            return CheckpointMoved(f"{url}: version {version} was replaced by version "
+                                   f"{newest} while it was read (a training run is committing "
+                                   "here); run the command again")
+        return BadInputError(f"{url}: file not found (checkpoint version {version} is "
+                             "incomplete)")
+
+    def _no_version_hint(self) -> str:
+        found = sorted({v for v in map(_version_of, self.directory.listdir()) if v},
+                       reverse=True)
+        if not found:
+            return f" (there is no {CHECKPOINT_VERSION_FILE}, so the unversioned name was tried)"
+        return (f" (there is no committed version: {CHECKPOINT_VERSION_FILE} is missing or says "
+                f"0, but files of version(s) {', '.join(map(str, found))} are here; write the "
+                f"newest complete one into {CHECKPOINT_VERSION_FILE}, or run tessera train on "
+                "this checkpoint_path, which does so)")
 
     def _check_writable(self, version: int) -> None:
         committed = self.current_version()
@@ -397,18 +479,46 @@ class CheckpointStore:
         ]
         return [name for name in expected if name not in present]
 
-    def _check_committed_complete(self, committed: int, config: Mapping[str, Any]) -> None:
+    def _layout_config(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The config that says which files a version here has: the checkpoint's own
+        config.json, else (none, or unreadable) the run's."""
         try:
-            config = self.read_config()
+            return self.read_config()
         except BadInputError:
-            pass  # no (readable) config.json: the run's config says what a version holds
+            return config
+
+    def _complete_versions(self, config: Mapping[str, Any], present: set[str],
+                           excluded: int = 0) -> list[int]:
+        """The versions here with all their files, newest first."""
+        found = {_version_of(name) for name in present} - {None, excluded}
+        return sorted((version for version in found if version is not None
+                       and not self._missing_files(version, config, present)), reverse=True)
+
+    def _restore_version_file(self, config: Mapping[str, Any]) -> int:
+        """With no committed version: make the newest complete version (if any) the
+        committed one again, and return it (0: none is complete). A lost version file (an
+        interrupted sync, a copy of the `*.h5` files alone) must not read as "start from
+        scratch and delete the rest"; a crash just before a first commit leaves a complete
+        version that resuming from loses nothing either."""
+        present = set(self.directory.listdir())
+        complete = self._complete_versions(self._layout_config(config), present)
+        if not complete:
+            return 0
+        newest = complete[0]
+        if CONFIG_FILE not in present:
+            self.directory.write_text(CONFIG_FILE, json.dumps(redacted(config), indent=4))
+        self.directory.write_text(CHECKPOINT_VERSION_FILE, f"{newest}\n")
+        logger.warning("%s: no committed version, but version %d is complete: resuming from "
+                       "it (%s restored)", self.directory.url, newest, CHECKPOINT_VERSION_FILE)
+        return newest
+
+    def _check_committed_complete(self, committed: int, config: Mapping[str, Any]) -> None:
+        config = self._layout_config(config)
         present = set(self.directory.listdir())
         missing = self._missing_files(committed, config, present)
         if not missing:
             return
-        others = {_version_of(name) for name in present} - {None, committed}
-        complete = sorted((other for other in others if other is not None
-                           and not self._missing_files(other, config, present)), reverse=True)
+        complete = self._complete_versions(config, present, excluded=committed)
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3
                                           else "")
         if complete:
@@ -445,6 +555,23 @@ class CheckpointStore:
             return self.directory.read_text(STATS_FILE)
         except FileNotFoundError:
             return ""
+
+
+class CheckpointMoved(TransientError):
+    """The version a reader was reading was replaced by a newer commit (and deleted)."""
+
+
+def read_consistently(store: CheckpointStore, purpose: str, read: Callable[[int], State],
+                      attempts: int = 3) -> State:
+    """`read(version)` of the committed version, all of it from that one version: when a
+    training run commits a newer one meanwhile (and deletes the files being read), read the
+    newer one from the start, up to `attempts` times (then exit 75: retrying may help)."""
+    for _ in range(attempts - 1):
+        try:
+            return read(store.readable_version(purpose))
+        except CheckpointMoved as moved:
+            logger.warning("%s; reading the newer version", moved)
+    return read(store.readable_version(purpose))
 
 
 def _version_of(name: str) -> int | None:

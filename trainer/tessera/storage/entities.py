@@ -5,10 +5,18 @@ entities of that type in that partition), `entity_names_{type}_{part}.json` a JS
 item i names the entity at offset i, `dynamic_rel_count.txt` the number of relation types when
 `dynamic_relations` is on, and `dynamic_rel_names.json` their names. Every file is written
 atomically, so a reader never sees half of one.
+
+An import publishes a whole dictionary at once, with its buckets (`importing.publication`):
+staged in STAGING_FOLDER, committed by writing COMMIT_FILE there, then moved into place. A file
+still in a committed staging folder is newer than the one in place, so it is read from there:
+readers see the old dictionary or the new one, never a mix, even when the import was killed
+while moving it. (Buckets are read only in place: see `importing.publication` for the window
+that leaves open.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -19,6 +27,8 @@ from .fs import Directory
 
 DYNAMIC_RELATION_COUNT_FILE = "dynamic_rel_count.txt"
 DYNAMIC_RELATION_NAMES_FILE = "dynamic_rel_names.json"
+STAGING_FOLDER = ".tessera-import-dictionary"
+COMMIT_FILE = "commit.json"
 NAMES_PER_PIECE = 2**16  # names encoded at a time when a names file is written
 
 _IMPORT_HINT = "; run `tessera import` to create it, or fix entity_path"
@@ -123,8 +133,16 @@ def write_names_file(directory: Directory, name: str, names: Sequence[str]) -> N
 
 def _read_text(directory: Directory, name: str) -> str:
     try:
-        return directory.read_text(name)
+        return _read_published(directory, name)
     except FileNotFoundError as error:
         raise BadInputError(f"{directory.url_of(name)}: file not found{_IMPORT_HINT}") from error
     except UnicodeDecodeError as error:
         raise FormatError(directory.url_of(name), f"not UTF-8 text ({error})") from error
+
+
+def _read_published(directory: Directory, name: str) -> str:
+    staging = directory.subdirectory(STAGING_FOLDER)
+    if staging.exists(COMMIT_FILE):
+        with contextlib.suppress(FileNotFoundError):  # moved into place by now
+            return staging.read_text(name)
+    return directory.read_text(name)

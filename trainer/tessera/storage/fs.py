@@ -3,7 +3,9 @@
 Everything Tessera reads or writes goes through `Directory`, which hides two differences
 between local disks and object stores: how to make a write atomic (rename a temporary file,
 or a single PUT), and how HDF5 reaches the bytes (a local path, or a seekable remote file
-that fetches only the ranges it reads).
+that fetches only the ranges it reads). Its failures are Tessera's errors, naming the file:
+storage outages waited out, then transient (`retry`), local disk errors by errno
+(`os_errors`).
 
 It also counts the bytes that pass through it (`metrics.STORAGE_READ_BYTES`,
 `STORAGE_WRITTEN_BYTES`): every read of a text file or of a stream, and every file published.
@@ -26,10 +28,15 @@ from typing import IO, Any, Protocol, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from ..errors import BadInputError
 from ..metrics import STORAGE_READ_BYTES, STORAGE_WRITTEN_BYTES
+from ..os_errors import local_errors_named
+from ..processes import process_is_running
 from .retry import call_with_retries
 
 T = TypeVar("T")
+# The local copies of uploads, in the temporary folder: tessera-upload-PID-RANDOM-NAME.
+UPLOAD_PREFIX = "tessera-upload-"
 
 
 class StorageSettings(Protocol):
@@ -173,6 +180,34 @@ class Directory:
     def makedirs(self) -> None:
         self._call(self.url, lambda: self.fs.makedirs(self.root, exist_ok=True))
 
+    def check_writable(self) -> None:
+        """Refuse now, rather than after hours of work, a local directory where no file can be
+        made (read-only, no permission, a symlink loop or a file in its path): by making and
+        removing an empty file in it, and the folders it lacks, so that nothing is left
+        behind. Object stores are not probed."""
+        if not self.is_local:
+            return
+        missing = []
+        folder = self.root
+        with local_errors_named(self.url):
+            while not _exists(folder) and os.path.dirname(folder) != folder:
+                missing.append(folder)
+                folder = os.path.dirname(folder)
+            made: list[str] = []
+            try:
+                for folder in reversed(missing):
+                    with contextlib.suppress(FileExistsError):  # made meanwhile by another
+                        os.mkdir(folder)
+                        made.append(folder)
+                os.unlink(_create_temp_file(self.root, ".tessera-probe-", ".tmp"))
+            except FileNotFoundError as error:  # /proc and the like: no files made there
+                raise BadInputError(f"{self.url}: no file can be made there ({error.strerror});"
+                                    " name another place") from error
+            finally:
+                for folder in reversed(made):
+                    with contextlib.suppress(OSError):  # another's file appeared in it
+                        os.rmdir(folder)
+
     @contextlib.contextmanager
     def open_read(self, name: str) -> Iterator[IO[bytes]]:
         """A seekable binary file; remote backends fetch only the ranges that are read, and
@@ -198,23 +233,32 @@ class Directory:
         streamed PUT (or a multipart upload, completed in one request), which is atomic there,
         so repeating an upload after an outage publishes the same file once. On failure
         nothing is published and the temporary file is removed, so readers never see a
-        half-written file.
+        half-written file; a local disk error (full, read-only...) raised meanwhile, by the
+        block too, becomes the Tessera error of its kind naming `name` (`os_errors`).
         """
+        url = self.url_of(name)
         if self.is_local:
             self.makedirs()
-            temp_path = _create_temp_file(self.root, f".{name}.", ".tmp")
-        else:
-            temp_path = _create_temp_file(tempfile.gettempdir(), "tessera-", f"-{name}")
+            folder = self.root
+            with local_errors_named(url):
+                temp_path = _create_temp_file(folder, f".{name}.", ".tmp")
+        else:  # a local disk error names the local folder: the bucket is not at fault
+            folder = tempfile.gettempdir()
+            with local_errors_named(f"{folder} (the local copy of {url})"):
+                _remove_killed_uploads(folder)
+                temp_path = _create_temp_file(folder, f"{UPLOAD_PREFIX}{os.getpid()}-",
+                                              f"-{name}", private=True)
+        where = url if self.is_local else f"{temp_path} (the local copy of {url})"
         try:
-            yield temp_path
-            size = os.path.getsize(temp_path)
-            if self.is_local:
-                _fsync(temp_path)
-                os.replace(temp_path, self.path(name))
-                _fsync_directory(self.root)
-            else:
-                self._call(self.url_of(name),
-                           lambda: self.fs.put_file(temp_path, self.path(name)))
+            with local_errors_named(where, stand_in=temp_path):
+                yield temp_path
+                size = os.path.getsize(temp_path)
+                if self.is_local:
+                    _fsync(temp_path)
+                    os.replace(temp_path, self.path(name))
+                    _fsync_directory(self.root)
+            if not self.is_local:
+                self._call(url, lambda: self.fs.put_file(temp_path, self.path(name)))
             STORAGE_WRITTEN_BYTES.inc(size)
         finally:
             if os.path.exists(temp_path):
@@ -276,7 +320,8 @@ class CountingReader:
 
 
 def _call_once(location: str, operation: Callable[[], T]) -> T:
-    return operation()
+    with local_errors_named(location):
+        return operation()
 
 
 def _is_s3(url: str) -> bool:
@@ -301,19 +346,38 @@ def _filesystem_options(url: str, storage_options: Mapping[str, Any]) -> dict[st
     return options
 
 
-def _create_temp_file(folder: str, prefix: str, suffix: str) -> str:
-    """Create an empty file of a new name with the mode a plain open() gives (0666 & ~umask).
+def _create_temp_file(folder: str, prefix: str, suffix: str, *, private: bool = False) -> str:
+    """Create an empty file of a new name with the mode a plain open() gives (0666 & ~umask),
+    or 0600 when `private` (the local copy of an upload: only this user reads it).
 
-    Not mkstemp: its files are 0600, so checkpoints renamed into place would be unreadable
-    to the other users of a shared disk or volume.
+    Not mkstemp for the others: its files are 0600, so checkpoints renamed into place would
+    be unreadable to the other users of a shared disk or volume.
     """
     while True:
         path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                             0o600 if private else 0o666))
         except FileExistsError:
             continue
         return path
+
+
+_killed_uploads_removed = False
+
+
+def _remove_killed_uploads(folder: str) -> None:
+    """Delete, once per process, the local copies of uploads whose process is gone (a kill
+    skips the clean-up of `writing`): a partition's copy is gigabytes."""
+    global _killed_uploads_removed
+    if _killed_uploads_removed:
+        return
+    _killed_uploads_removed = True
+    for name in os.listdir(folder):
+        pid = name.removeprefix(UPLOAD_PREFIX).partition("-")[0]
+        if name.startswith(UPLOAD_PREFIX) and pid.isdigit() and not process_is_running(int(pid)):
+            with contextlib.suppress(OSError):  # another process removed it first
+                os.unlink(os.path.join(folder, name))
 
 
 def _fsync(path: str) -> None:
@@ -327,3 +391,13 @@ def _fsync(path: str) -> None:
 def _fsync_directory(path: str) -> None:
     with contextlib.suppress(OSError):  # not every platform can fsync a directory
         _fsync(path)
+
+
+def _exists(path: str) -> bool:
+    """Whether something is at `path`; False only when nothing is (a symlink loop, a file in
+    the path, a refused permission raise their OSError instead of passing for absent)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    return True

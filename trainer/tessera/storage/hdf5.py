@@ -13,13 +13,16 @@ import contextlib
 import gc
 import io
 import threading
+import traceback
 from collections.abc import Iterator
 from typing import Any
 
 import h5py
 import numpy as np
 
-from ..errors import BadInputError, FormatError
+from ..errors import BadInputError, FormatError, TesseraError
+from ..os_errors import classify_local
+from .failures import one_line
 from .fs import Directory
 
 FORMAT_VERSION_ATTR = "format_version"
@@ -57,9 +60,12 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Iterator[h5py.File]:
-    """Open `name` for reading; a missing file is a BadInputError, a corrupt one a FormatError."""
+    """Open `name` for reading; a missing file is a BadInputError, a corrupt one a FormatError
+    (also when the corruption shows only as the block reads it), a local disk error the
+    error of its kind (`os_errors`)."""
     url = directory.url_of(name)
     with contextlib.ExitStack() as stack:
+        local_path = None
         try:
             local_path = stack.enter_context(directory.local_read_path(name))
             if local_path is None:
@@ -72,8 +78,37 @@ def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Ite
         except FileNotFoundError as error:
             raise BadInputError(f"{url}: file not found{missing_hint}") from error
         except OSError as error:  # h5py's way of saying "truncated" or "not HDF5 at all"
-            raise FormatError(url, f"not a readable HDF5 file ({error})") from error
-        yield file
+            raise classify_local(error, url) or FormatError(
+                url, f"not a readable HDF5 file ({one_line(error)})") from error
+        try:
+            yield file
+        except (OSError, RuntimeError, KeyError) as error:
+            unreadable = _unreadable(error, url, local_path)
+            if unreadable is None:
+                raise
+            raise unreadable from error
+
+
+def _unreadable(error: BaseException, url: str, local_path: str | None) -> TesseraError | None:
+    """The error for a failure while reading an open file: a local disk error (naming the file
+    it is about), else, if HDF5 raised it, a corrupt file; None for the block's own errors."""
+    if isinstance(error, OSError) and error.filename not in (None, local_path):
+        return classify_local(error)  # about another file than this one
+    classified = classify_local(error, url)
+    if classified is None and _raised_by_h5py(error):  # "Object visitation failed"...
+        return _corrupt(url, error)
+    return classified
+
+
+def _corrupt(url: str, error: BaseException) -> FormatError:
+    return FormatError(url, f"corrupt: HDF5 cannot read it ({one_line(error)}); replace it "
+                            "(import again for an edge bucket, train again for a checkpoint)")
+
+
+def _raised_by_h5py(error: BaseException) -> bool:
+    """Whether the innermost frame of the error's traceback is h5py's."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and "h5py" in frames[-1].filename.replace("\\", "/").split("/")
 
 
 @contextlib.contextmanager

@@ -19,11 +19,15 @@ than `settle` seconds (milliseconds on a disk, a few requests on an object store
 that still finds another token in the file later (a contender slower than that, or one that
 took over a lease whose heartbeats could not reach the storage until it expired) stops at
 its next heartbeat, exit 75, before writing anything more.
+
+`tessera import` holds the same lease, in a file of its own, on its entity_path
+(`importing.lease`): one import at a time publishes a dictionary there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from ..errors import EXIT_TRANSIENT, FormatError, TesseraError, TransientError
+from ..processes import process_is_running
 from .fs import Directory
 
 logger = logging.getLogger(__name__)
@@ -100,16 +105,6 @@ class LeaseRecord:
                 f"{_stamp(self.expires)}")
 
 
-def process_is_running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
 def stale_reason(lease: LeaseRecord, now: datetime, host: str, pid: int,
                  is_running: Callable[[int], bool] = process_is_running) -> str | None:
     """Why another token's lease is no longer held (None: its holder may be alive)."""
@@ -134,7 +129,12 @@ def stop_this_process(message: str) -> None:
 
 
 class CheckpointLease:
-    """This process's lease on one checkpoint directory."""
+    """This process's lease on one checkpoint directory (a subclass sets another file and
+    how its messages name the directory)."""
+
+    FILE = LEASE_FILE
+    LABEL = "checkpoint path"  # what the directory is, in messages
+    GUARDED = "checkpoint"  # what two runs must never write at once
 
     def __init__(self, directory: Directory, command: str, *,
                  interval: float = HEARTBEAT_INTERVAL_S, expiry: float = EXPIRY_S,
@@ -145,7 +145,7 @@ class CheckpointLease:
         self.expiry = expiry
         self.settle = settle if settle is not None else (
             SETTLE_LOCAL_S if directory.is_local else SETTLE_REMOTE_S)
-        self.url = directory.url_of(LEASE_FILE)
+        self.url = directory.url_of(self.FILE)
         self.token = uuid.uuid4().hex
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -154,7 +154,7 @@ class CheckpointLease:
     def read(self) -> LeaseRecord | None:
         """The lease file's record (None: no lease)."""
         try:
-            text = self.directory.read_text(LEASE_FILE)
+            text = self.directory.read_text(self.FILE)
         except FileNotFoundError:
             return None
         return LeaseRecord.from_json(text, self.url)
@@ -165,28 +165,71 @@ class CheckpointLease:
         Returns, when the lease of a dead holder was taken over, who that was and why it
         counts as dead (for the log).
         """
-        replaced = None
-        current = self.read()
-        if current is not None:
-            reason = stale_reason(current, _now(), self.host, self.pid)
-            if reason is None:
-                raise self._held_by(current)
-            replaced = f"{current.describe()}: {reason}"
-        self.started = _now()
-        self._write()
-        time.sleep(self.settle)
-        confirmed = self.read()
-        if confirmed is None or confirmed.token != self.token:
-            raise self._held_by(confirmed)
-        return replaced
+        with self._contenders_in_turn():
+            replaced = None
+            current = self.read()
+            if current is not None:
+                reason = stale_reason(current, _now(), self.host, self.pid)
+                if reason is None:
+                    raise self._held_by(current)
+                replaced = f"{current.describe()}: {reason}"
+            self.started = _now()
+            began = time.monotonic()
+            self._write()
+            # A slow storage is slow for a contender too: wait out twice our own write.
+            time.sleep(max(self.settle, 2 * (time.monotonic() - began)))
+            confirmed = self.read()
+            if confirmed is None or confirmed.token != self.token:
+                raise self._held_by(confirmed)
+            return replaced
+
+    @property
+    def lock_file(self) -> str:
+        """The file whose flock contenders on a local disk take in turn."""
+        return f".{self.FILE}.lock"
+
+    def taken_over_by(self) -> LeaseRecord | None:
+        """Another run's record, if the lease file no longer holds this run's token (None:
+        still ours, or unreadable now)."""
+        try:
+            current = self.read()
+        except (TesseraError, OSError):
+            return None
+        return current if current is not None and current.token != self.token else None
+
+    @contextlib.contextmanager
+    def _contenders_in_turn(self) -> Iterator[None]:
+        """On a local disk, contenders take (and release) the lease one at a time, holding an
+        exclusive flock on a lock file beside it, so that none reads before another's write
+        lands however slow the disk; object stores have no such lock (the settle time stands
+        in for it)."""
+        if not self.directory.is_local:
+            yield
+            return
+        self.directory.makedirs()
+        path = self.directory.path(self.lock_file)
+        while True:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(descriptor).st_ino == os.stat(path).st_ino:
+                    break  # not a lock file that a release removed while we waited
+            os.close(descriptor)
+        try:
+            yield
+        finally:
+            os.close(descriptor)  # releases the lock
 
     def release(self) -> None:
         """Delete the lease file if it is still ours (best effort: a lease left behind is
         taken over once its holder is found dead)."""
         try:
-            current = self.read()
-            if current is not None and current.token == self.token:
-                self.directory.delete(LEASE_FILE)
+            with self._contenders_in_turn():
+                current = self.read()
+                if current is not None and current.token == self.token:
+                    self.directory.delete(self.FILE)
+                if self.directory.is_local:  # under the lock: see _contenders_in_turn
+                    os.unlink(self.directory.path(self.lock_file))
         except (TesseraError, OSError) as error:
             logger.warning("%s: could not release the lease (%s); it expires by itself",
                            self.url, error)
@@ -214,9 +257,9 @@ class CheckpointLease:
             try:
                 current = self.read()
                 if current is not None and current.token != self.token:
-                    on_lost(f"{self.url}: the lease on this checkpoint path was taken over by "
+                    on_lost(f"{self.url}: the lease on this {self.LABEL} was taken over by "
                             f"{current.describe()}; stopping, so that two runs never write "
-                            "one checkpoint")
+                            f"one {self.GUARDED}")
                     return
                 self._write()
             except (TesseraError, OSError) as error:  # storage trouble: the run sees it too
@@ -232,14 +275,14 @@ class CheckpointLease:
         now = _now()
         record = LeaseRecord(self.token, self.command, self.host, self.pid, self.started, now,
                              now + timedelta(seconds=self.expiry))
-        self.directory.write_text(LEASE_FILE, record.to_json())
+        self.directory.write_text(self.FILE, record.to_json())
 
     def _held_by(self, holder: LeaseRecord | None) -> LeaseHeldError:
         if holder is None:
             return LeaseHeldError(f"{self.url}: another run took and released the lease on "
-                                  "this checkpoint path while this one was taking it; retry")
+                                  f"this {self.LABEL} while this one was taking it; retry")
         return LeaseHeldError(
-            f"{self.url}: the checkpoint path is in use by {holder.describe()}; wait for that "
+            f"{self.url}: the {self.LABEL} is in use by {holder.describe()}; wait for that "
             "run to end or stop it (a stopped run's lease is taken over at once on its own "
             "host, elsewhere once it expires)")
 

@@ -3,7 +3,8 @@
 A storage call that fails transiently (see `failures`) is repeated with capped exponential
 backoff and jitter until it succeeds or its time budget (`storage_retry_timeout`) is spent;
 each wait is logged (URL, attempt, time left). Refused credentials and missing buckets are
-bad input at once: waiting will not fix them.
+bad input at once: waiting will not fix them; so are local disk errors (`os_errors`), of
+which only a full disk is transient, and not waited for: space is not freed by waiting.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from ..errors import BadInputError, TesseraError, TransientError
+from ..os_errors import classify_local
 from .failures import Failure, bucket_of, classify, credential_source, error_code, one_line
 
 logger = logging.getLogger(__name__)
@@ -65,8 +67,8 @@ def translate_errors(location: str,
                      storage_options: Mapping[str, Any] | None = None) -> Iterator[None]:
     """Turn a storage failure inside the block into Tessera's error, without retrying.
 
-    For calls that cannot be repeated (a stream being consumed); a missing file, a local disk
-    error and anything else that is not a storage failure keep their type.
+    For calls that cannot be repeated (a stream being consumed); a missing file and anything
+    else that is neither a storage failure nor a known local disk error keep their type.
     """
     try:
         yield
@@ -74,17 +76,20 @@ def translate_errors(location: str,
         raise
     except Exception as error:
         failure = classify(error)
-        if failure is None:
-            raise
         if failure is Failure.TRANSIENT:
             raise TransientError(f"{location}: storage unavailable ({one_line(error)}); "
                                  "retry when it is back") from error
-        raise _final_error(location, error, failure, storage_options or {}) from error
+        final = _final_error(location, error, failure, storage_options or {})
+        if final is None:
+            raise
+        raise final from error
 
 
 def _final_error(location: str, error: Exception, failure: Failure | None,
                  storage_options: Mapping[str, Any]) -> TesseraError | None:
     """The one-line error for a failure that waiting cannot fix, or None to re-raise as is."""
+    if failure is None:
+        return classify_local(error, location)
     bucket = bucket_of(location)
     source = credential_source(storage_options)
     if failure is Failure.DENIED:

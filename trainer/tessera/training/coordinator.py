@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import torch
 
 from ..config import ConfigSchema
+from ..config.redaction import redacted
 from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..errors import BadInputError
 from ..log_records import (
@@ -53,7 +54,7 @@ from ..model import EmbeddingModel
 from ..model.model_io import INIT_PATH, load_model, save_model
 from ..progress import Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
-from ..storage.lease import CheckpointLease
+from ..storage.lease import CheckpointLease, LeaseHeldError
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
 from .bucket_trainer import BucketOutcome, BucketTrainer
@@ -172,6 +173,14 @@ def checkpoint_lease(config: ConfigSchema, command: str,
         reporter.event("took over the checkpoint lease of a stopped run", previous=replaced)
     try:
         yield lease
+    except Exception as error:
+        # A contender whose lease write landed late took over: whatever went wrong here
+        # since (another run's files in the way) is that run's doing, and ends with the wait.
+        holder = lease.taken_over_by()
+        if holder is None:
+            raise
+        raise LeaseHeldError(f"{lease.url}: the lease was taken over by {holder.describe()} "
+                             f"while this run held it ({error}); stopped") from error
     finally:
         lease.release()
 
@@ -226,7 +235,7 @@ def resume_position(store: CheckpointStore, version: int,
 def iteration_metadata(config: ConfigSchema, schedule: TrainingSchedule,
                        position: ChunkPosition) -> dict[str, Any]:
     """PBG's checkpoint metadata attributes for a chunk position."""
-    return {"config/json": json.dumps(config.to_dict()),
+    return {"config/json": json.dumps(redacted(config.to_dict())),
             "iteration/num_epochs": schedule.num_epochs,
             "iteration/epoch_idx": position.epoch_idx,
             "iteration/num_edge_paths": schedule.num_edge_paths,
@@ -451,35 +460,41 @@ class LocalCheckpointer:
         started = time.monotonic()
         self.holder.write_all(metadata)
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
-        self.store.commit(version, self.config.to_dict())
+        self.store.commit(version, self.config.to_dict(),
+                          stats=[outcome.record() for outcome in outcomes],
+                          preserve_as=preserved_as(self.config, self.schedule, position))
         self.holder.committed()
-        publish_checkpoint(self.config, self.schedule, self.store, version, position,
-                           [outcome.record() for outcome in outcomes], self.reporter,
+        publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
                            time.monotonic() - started)
         self.early_stopping.add(outcomes)
         return should_stop(self.config, self.schedule, position, self.early_stopping,
                            self.reporter)
 
 
-def publish_checkpoint(config: ConfigSchema, schedule: TrainingSchedule,
-                       store: CheckpointStore, version: int, position: ChunkPosition,
-                       records: list[dict[str, Any]], reporter: Reporter,
+def preserved_as(config: ConfigSchema, schedule: TrainingSchedule,
+                 position: ChunkPosition) -> int | None:
+    """The epoch count under which the checkpoint ending `position` is kept in `epoch_N/`
+    (None: it is not), as `checkpoint_preservation_interval` says."""
+    epochs_done = position.epoch_idx + 1
+    if schedule.ends_epoch(position) and should_preserve(
+            epochs_done, config.checkpoint_preservation_interval):
+        return epochs_done
+    return None
+
+
+def publish_checkpoint(schedule: TrainingSchedule, store: CheckpointStore, version: int,
+                       position: ChunkPosition, reporter: Reporter,
                        commit_seconds: float) -> None:
     """After `version` is committed: announce it (with the share of the whole run it
     completes, which a watcher cannot compute when num_edge_chunks comes from the data, and
-    the `commit_seconds` its partitions, model and commit took to write),
-    append its bucket stats, and preserve it if it ends an epoch that
-    `checkpoint_preservation_interval` keeps."""
+    the `commit_seconds` its partitions, model and commit took to write), then finish the
+    commit (its bucket stats appended, its epoch copy made: see CheckpointStore.commit)."""
     reporter.event(CHECKPOINT_COMMITTED, **{
         CHECKPOINT_VERSION: version, EPOCH: position.epoch_idx + 1,
         "edge_path": position.edge_path_idx, "edge_chunk": position.edge_chunk_idx,
         CHUNKS_DONE: schedule.index_of(position) + 1, CHUNKS_TOTAL: schedule.num_positions,
         COMMIT_SECONDS: round(commit_seconds, 3)})
-    store.append_stats(records)
-    epochs_done = position.epoch_idx + 1
-    if schedule.ends_epoch(position) and should_preserve(
-            epochs_done, config.checkpoint_preservation_interval):
-        store.preserve(epochs_done)
+    store.finish_commit()
 
 
 def should_stop(config: ConfigSchema, schedule: TrainingSchedule, position: ChunkPosition,

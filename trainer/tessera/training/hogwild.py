@@ -132,7 +132,10 @@ class HogwildPool:
     def __enter__(self) -> HogwildPool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, error_type: object, *exc: object) -> None:
+        if error_type is not None:  # stopped (Ctrl-C, SIGTERM, a failure): no task to finish
+            for process in self.processes:
+                process.kill()
         self.close()
 
     def run(self, tasks: Sequence[Any]) -> list[Any]:
@@ -173,6 +176,10 @@ class HogwildPool:
 def _worker_main(rank: int, num_threads: int, function: Callable[[Any, Any], Any], shared: Any,
                  tasks: Any, results: Any) -> None:
     die_with_parent()
+    # Ctrl-C reaches the whole process group, SIGTERM may too: the parent stops the run (and
+    # its workers) with one line; a worker stops without a word of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(num_threads)
     keep_freed_memory()
     while True:
