@@ -25,7 +25,7 @@ from support.planted import write_planted_graph
     (signal.SIGINT, True, 130), (signal.SIGTERM, False, 143), (signal.SIGTERM, True, 143)])
 def test_a_stopped_run_says_one_line_and_releases_its_lease(
         tmp_path: Path, stop: signal.Signals, to_group: bool, code: int) -> None:
-    graph = write_planted_graph(tmp_path, 2, num_entities=4000, num_edges=40_000)
+    graph = write_planted_graph(tmp_path, 2, num_entities=2000, num_edges=12_000)
     config = tmp_path / "config.json"
     config.write_text(json.dumps(graph.config(num_epochs=50, num_edge_chunks=2, workers=2)))
     checkpoints = Path(graph.config()["checkpoint_path"])

@@ -14,7 +14,7 @@ import torch
 
 from ..config import ConfigSchema
 from ..edgelist import EdgeList, EntityList
-from ..errors import ConfigError, FormatError
+from ..errors import BadInputError, ConfigError, FormatError
 from ..storage.checkpoint import CheckpointStore
 from ..storage.edges import bucket_file, read_bucket, read_bucket_size
 from ..storage.entities import read_dynamic_relation_count, read_entity_counts
@@ -39,6 +39,24 @@ class GraphData:
     @cached_property
     def entity_counts(self) -> dict[str, list[int]]:
         return read_entity_counts(self.entity_dir, self.config)
+
+    def check_unchanged(self) -> None:
+        """Refuse to commit a checkpoint when entity_path was imported into since this run
+        read it: the new buckets name entities the run's tables may not hold, so what it
+        trained since may mix two imports; the last checkpoint still matches the old data."""
+        now = read_entity_counts(self.entity_dir, self.config)
+        changed = [(entity, part, count, now.get(entity, [])[part:part + 1])
+                   for entity, counts in self.entity_counts.items()
+                   for part, count in enumerate(counts)
+                   if now.get(entity, [])[part:part + 1] != [count]]
+        if changed:
+            entity, part, count, found = changed[0]
+            raise BadInputError(
+                f"{self.entity_dir.url}: an import changed the entities while this run "
+                f"trained ({entity} partition {part}: {count} entities, now "
+                f"{found[0] if found else 'none'}); it stopped before committing, so the last "
+                "checkpoint matches the data it started on. Train on the new data from that "
+                "checkpoint with init_path, and import while no run trains on entity_path")
 
     @cached_property
     def known_rows(self) -> dict[PartitionKey, int] | None:
@@ -132,6 +150,7 @@ class GraphData:
             return  # one bound for every relation type: no bucket-sized temporaries
         bad = np.flatnonzero((ids < 0) | (ids >= limits[rel]))
         if len(bad):
+            self.check_unchanged()  # the likelier cause, mid-run: an import since the start
             row = int(bad[0])
             raise FormatError(file, f"{what} id {ids[row]} at position {row} (relation "
                               f"{rel[row]}) is out of range for entity type "

@@ -105,6 +105,7 @@ class DistributedCheckpointer:
     """The checkpoint barrier at the end of each chunk position."""
 
     config: ConfigSchema
+    data: GraphData
     schedule: TrainingSchedule
     store: CheckpointStore
     state: ModelState
@@ -130,6 +131,7 @@ class DistributedCheckpointer:
 
     def _commit(self, position: ChunkPosition, metadata: dict[str, Any]) -> tuple[int, bool]:
         self.lock.wait_for(lambda: self.lock.all_arrived(position))
+        self.data.check_unchanged()
         self.sync.sync()  # every other trainer pushed its last changes before arriving
         version = self.committed_version + 1
         started = time.monotonic()
@@ -172,7 +174,7 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
                                                                error.exit_code))
         with sync:
             checkpointer = DistributedCheckpointer(
-                config=config, schedule=schedule, store=store, state=state,
+                config=config, data=data, schedule=schedule, store=store, state=state,
                 partitions=partitions, backend=backend, sync=sync, lock=lock,
                 committed_version=version, reporter=reporter)
             source = LockedBuckets(lock, partitions,

@@ -155,7 +155,8 @@ def train(config: ConfigSchema, reporter: Reporter,
         holder = PartitionHolder(config, data.entity_counts, store, init, version,
                                  look_ahead=look_ahead_enabled(),
                                  pinned=any(device.type == "cuda" for device in devices))
-        checkpointer = LocalCheckpointer(config, schedule, store, holder, state, reporter)
+        checkpointer = LocalCheckpointer(config, data, schedule, store, holder, state,
+                                         reporter)
         run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                           partitions=holder, source=ScheduledBuckets(schedule),
                           checkpointer=checkpointer, reporter=reporter, devices=devices)
@@ -443,6 +444,7 @@ class LocalCheckpointer:
     """One machine: write the held and swapped-out partitions and the model, then commit."""
 
     config: ConfigSchema
+    data: GraphData
     schedule: TrainingSchedule
     store: CheckpointStore
     holder: PartitionHolder
@@ -455,6 +457,7 @@ class LocalCheckpointer:
         return self.holder.committed_version
 
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
+        self.data.check_unchanged()
         metadata = iteration_metadata(self.config, self.schedule, position)
         version = self.holder.next_version
         started = time.monotonic()
