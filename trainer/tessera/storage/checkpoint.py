@@ -329,10 +329,12 @@ class CheckpointStore:
         self.directory.write_text(CHECKPOINT_VERSION_FILE, f"{version}\n")
         self._delete_versions(lambda found: found < version, best_effort=True)
 
-    def finish_commit(self) -> None:
-        """Do what the journal of the committed version asks (append its statistics unless
-        they are already the last records, preserve it), then delete the journal. A journal
-        of a version that was never committed is deleted undone."""
+    def finish_commit(self, *, after_a_crash: bool = False) -> None:
+        """Do what the journal of the committed version asks (append its statistics, preserve
+        it), then delete the journal. A journal of a version that was never committed is
+        deleted undone. `after_a_crash`: the statistics may be appended already (the crash
+        came before the journal's deletion), so they are appended only if they are not the
+        last records (reading the whole file, which only a recovery does)."""
         try:
             journal = json.loads(self.directory.read_text(JOURNAL_FILE))
         except FileNotFoundError:
@@ -343,7 +345,8 @@ class CheckpointStore:
                               "and epoch copy are lost, the checkpoint is not)") from error
         if journal.get("version") == self.current_version():
             records = [json.loads(json.dumps(r, default=_json_value)) for r in journal["stats"]]
-            if records and self.read_stats()[-len(records):] != records:
+            if records and not (after_a_crash
+                                and self.read_stats()[-len(records):] == records):
                 self.append_stats(records)
             if journal.get("preserve_as") is not None:
                 self.preserve(int(journal["preserve_as"]))
@@ -385,7 +388,7 @@ class CheckpointStore:
         for name in self.directory.listdir():
             if name.startswith(".") and name.endswith(".tmp"):  # see Directory.writing
                 self.directory.delete(name)
-        self.finish_commit()
+        self.finish_commit(after_a_crash=True)
 
     # Training statistics.
 
