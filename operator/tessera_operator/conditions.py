@@ -50,6 +50,9 @@ BAD_INPUT = "BadInput"
 BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
 DEADLINE_EXCEEDED = "DeadlineExceeded"
 TTL_EXPIRED = "TTLExpired"
+# A pod found the checkpoint lease still held by an earlier pod of the job, which stopped
+# without releasing it: the job waits for the lease to expire, not charged.
+PREDECESSOR_LEASE = "PredecessorLease"
 # Restarts that count against runPolicy.backoffLimit (others were asked for).
 FAILURE_REASONS = (POD_FAILED, POD_VANISHED, POD_DELETED)
 

@@ -19,7 +19,9 @@ that applies decides:
 9. a run whose pods are not created yet gets them (after the back-off delay of a restart);
 10. a failed, vanished or terminating pod restarts the run (exit code 65, bad input, fails
     the job at once; `backoffLimit` restarts at most, with exponential back-off); a pod that
-    someone else is deleting is as good as gone, even while its grace period lasts;
+    someone else is deleting is as good as gone, even while its grace period lasts; a pod
+    that exited 75 on the checkpoint lease of one of the job's own pods (an earlier one that
+    stopped without releasing it) holds the restart until that lease expires, not charged;
 11. trainers that all succeeded make the job succeed;
 12. otherwise: wait.
 
@@ -44,7 +46,7 @@ from tessera.vocabulary import Role
 
 from . import conditions as cond
 from .job import JobView
-from .labels import expected_pods, pod_name
+from .labels import expected_pods, is_pod_name, pod_name
 from .pods import FAILED, PENDING, SUCCEEDED, ObservedPod
 from .progress import TrainingProgress
 from .redaction import redact
@@ -63,6 +65,7 @@ class ActionKind(str, Enum):
     RESUME = "Resume"        # suspension lifted; `plan` is the next run (same checkpoint)
     NEW_RUN = "NewRun"       # config changed; `plan` is the next run (new checkpoint dir)
     SUSPEND = "Suspend"      # delete the pods
+    HOLD = "Hold"            # a restart waits (for a predecessor's lease); the pods stay
     FAIL = "Fail"            # delete the active pods; the job failed
     SUCCEED = "Succeed"      # delete the active pods (servers); the job succeeded
     DELETE_JOB = "DeleteJob"  # ttlSecondsAfterFinished passed; the children go with it
@@ -90,7 +93,7 @@ class Action:
     @property
     def event_type(self) -> str | None:
         """The type of the Event to post (None: nothing happened worth one)."""
-        if self.kind is ActionKind.WAIT:
+        if self.kind in (ActionKind.WAIT, ActionKind.HOLD):
             return None
         warning = self.kind is ActionKind.FAIL or self.counts_against_backoff
         return "Warning" if warning else "Normal"
@@ -289,6 +292,9 @@ def _pod_failure(s: Situation) -> Action | None:
     if pod.exit_code == EXIT_BAD_INPUT:
         return Action(ActionKind.FAIL, cond.BAD_INPUT, f"bad input, not retried: {explanation}",
                       delete_pods=s.deletable(s.current, active_only=True))
+    handover = _predecessor_lease(s, pod)
+    if handover is not None:
+        return handover
     limit = s.spec.run_policy.backoff_limit
     if s.job.restarts >= limit:
         return Action(ActionKind.FAIL, cond.BACKOFF_LIMIT_EXCEEDED,
@@ -298,6 +304,28 @@ def _pod_failure(s: Situation) -> Action | None:
     return Action(ActionKind.RESTART, reason,
                   f"{explanation}; restart {restarts} of {limit} in "
                   f"{restart_delay(restarts):.0f} s, from the last checkpoint",
+                  restarted_plan(s.job.plan) if s.job.plan else None, s.deletable(s.current))
+
+
+def _predecessor_lease(s: Situation, pod: ObservedPod) -> Action | None:
+    """A pod that found the checkpoint lease held by one of the job's own pods waits for it to
+    expire, and then restarts, not charged: the holder can only be an earlier pod (a run
+    starts once the previous run's pods are gone) that stopped without releasing it,
+    SIGKILLed after its grace period or lost with its node, so the wait is the job's own
+    hand-over, not a failure."""
+    wait = pod.lease_wait
+    if wait is None or not is_pod_name(s.job.ref.name, wait.holder):
+        return None
+    found = (f"{pod.name} found the checkpoint lease still held by {wait.holder}, an earlier "
+             "pod of this job that stopped without releasing it")
+    left = (wait.expires - s.now).total_seconds()
+    if left > 0:
+        return Action(ActionKind.HOLD, cond.PREDECESSOR_LEASE,
+                      f"{found}; restarting when it expires at {cond.format_time(wait.expires)}"
+                      " (not counted against backoffLimit)", requeue_after=left)
+    return Action(ActionKind.RESTART, cond.PREDECESSOR_LEASE,
+                  f"{found}; it has expired: restarting from the last checkpoint (not counted "
+                  "against backoffLimit)",
                   restarted_plan(s.job.plan) if s.job.plan else None, s.deletable(s.current))
 
 

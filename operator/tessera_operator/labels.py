@@ -58,6 +58,14 @@ def pod_name(job: str, role: Role, rank: int = 0) -> str:
     return f"{job}-{process_name(role, rank)}"
 
 
+def is_pod_name(job: str, name: str) -> bool:
+    """Whether `name` is that of one of the job's pods, in any run of any size."""
+    process = name.removeprefix(f"{job}-")
+    ranked = rf"({Role.TRAINER.value}|{Role.PARTITION_SERVER.value})-\d+"
+    return process != name and (process == process_name(Role.LOCK_SERVER)
+                                or re.fullmatch(ranked, process) is not None)
+
+
 def config_map_name(job: str) -> str:
     return f"{job}-config"
 

@@ -5,15 +5,20 @@ belongs to (its labels), how far it got (phase, deletion), and, when it stopped 
 why (exit code, the kubelet's reason, and one line of explanation). The explanation of a failed
 pod is the last line of its termination message that is not a JSON progress record: with
 `FallbackToLogsOnError` that message is the log tail, whose last plain line is `tessera`'s
-error (`tessera train: error: ...`) or a traceback's last line.
+error (`tessera train: error: ...`) or a traceback's last line. A pod that exited 75 because
+another run holds the checkpoint lease also says whose lease it is and when it expires
+(`lease_wait`), read from that error as `tessera` words it (`lease.LeaseHeldError`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from tessera.errors import EXIT_TRANSIENT
 from tessera.log_records import EVENT, parse_record
 
 from .labels import LABEL_ROLE, LABEL_RUN, Role
@@ -23,6 +28,20 @@ MAX_MESSAGE_LENGTH = 512
 
 PENDING, RUNNING, SUCCEEDED, FAILED, UNKNOWN = (
     "Pending", "Running", "Succeeded", "Failed", "Unknown")
+# `LeaseHeldError`'s words: "... is in use by {LeaseRecord.describe()}; wait for that run ...",
+# its times in UTC to the second.
+_LEASE_HELD = re.compile(r"is in use by .*? \(pid \d+ on host (?P<host>[^\s)]+)\) since \S+, "
+                         r"last heartbeat \S+, expires "
+                         r"(?P<expires>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00)")
+
+
+@dataclass(frozen=True)
+class LeaseWait:
+    """Why a pod exited 75: the checkpoint lease is held by `holder` (a host name, which in a
+    cluster is a pod name) until `expires`, unless that holder renews it."""
+
+    holder: str
+    expires: datetime
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,7 @@ class ObservedPod:
     reason: str | None = None
     message: str = ""
     unschedulable: bool = False  # the scheduler found no node for it (PodScheduled False)
+    lease_wait: LeaseWait | None = None
 
     @property
     def finished(self) -> bool:
@@ -72,8 +92,10 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     exit_code = terminated.get("exitCode")
     reason = terminated.get("reason") or waiting.get("reason") or status.get("reason") \
         or _unschedulable(status)
+    lease_wait = None
     if phase == FAILED or exit_code not in (None, 0):
         message = failure_line(terminated.get("message") or status.get("message") or "")
+        lease_wait = _lease_wait(message) if exit_code == EXIT_TRANSIENT else None
     else:
         message = waiting.get("message") or _unschedulable_message(status) or ""
     return ObservedPod(
@@ -85,7 +107,8 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         exit_code=exit_code,
         reason=reason,
         message=_bounded(redact(message)),
-        unschedulable=phase == PENDING and _unschedulable(status) is not None)
+        unschedulable=phase == PENDING and _unschedulable(status) is not None,
+        lease_wait=lease_wait)
 
 
 def failure_line(text: str) -> str:
@@ -98,6 +121,14 @@ def failure_line(text: str) -> str:
     events = [str(record[EVENT]) for record in map(parse_record, lines)
               if record is not None and EVENT in record]
     return events[-1] if events else ""
+
+
+def _lease_wait(line: str) -> LeaseWait | None:
+    """Whose lease the failure line says is in the way (None: not a held lease)."""
+    found = _LEASE_HELD.search(line)
+    if found is None:
+        return None
+    return LeaseWait(found["host"], datetime.fromisoformat(found["expires"]))
 
 
 def _container_state(status: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -107,7 +107,7 @@ def _action_transition(write: _ConditionWriter, found: list[Condition],
         found = write.put(found, cond.CREATED, True, reason, message)
     elif kind in (ActionKind.RESTART, ActionKind.RESUME, ActionKind.NEW_RUN, ActionKind.SUSPEND):
         found = write.put(found, cond.CREATED, False, reason, "the pods of the run were deleted")
-    if kind is ActionKind.RESTART:
+    if kind in (ActionKind.RESTART, ActionKind.HOLD):
         found = write.put(found, cond.RESTARTING, True, reason, message)
     elif kind in (ActionKind.NEW_RUN, ActionKind.RESUME, ActionKind.SUSPEND, ActionKind.FAIL,
                   ActionKind.SUCCEED):

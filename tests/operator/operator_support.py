@@ -9,6 +9,7 @@ small: what it checks is that the decisions and the status fit together over man
 from __future__ import annotations
 
 import copy
+import tempfile
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from tessera.storage.fs import Directory
+from tessera.storage.lease import LEASE_FILE, CheckpointLease, LeaseHeldError, LeaseRecord
 from tessera_operator.children import children
 from tessera_operator.decisions import Action, ActionKind, next_action
 from tessera_operator.job import view_job
@@ -67,6 +70,20 @@ def job_object(spec: dict[str, Any] | None = None, *, name: str = "demo", genera
     if status is not None:
         job["status"] = status
     return job
+
+
+def lease_held_error(holder: str, expires: datetime) -> str:
+    """The error `tessera lock-server` exits 75 with when host `holder` holds the checkpoint
+    lease until `expires` (in the future), as the trainer's lease code words it."""
+    record = LeaseRecord("token", "tessera train", holder, 7, expires - timedelta(minutes=5),
+                         expires - timedelta(minutes=1), expires)
+    with tempfile.TemporaryDirectory() as folder:
+        Directory(folder).write_text(LEASE_FILE, record.to_json())
+        try:
+            CheckpointLease(Directory(folder), "tessera lock-server").acquire()
+        except LeaseHeldError as error:
+            return f"tessera lock-server: error: {error}"
+    raise AssertionError(f"the lease of {holder} was taken over")
 
 
 def pod_object(  # noqa: PLR0913 (keyword-only options, each a field of the pod)

@@ -24,7 +24,7 @@ from tessera.config import parse_config
 from tessera.distributed.world import WorldLayout
 from tessera_operator.children import SECRET_KEYS, children, command
 from tessera_operator.job import view_job
-from tessera_operator.labels import JobRef, Role, expected_pods
+from tessera_operator.labels import JobRef, Role, expected_pods, is_pod_name
 from tessera_operator.run_config import (
     CONFIG_PATH,
     RunPlan,
@@ -272,6 +272,14 @@ def test_pod_names_are_the_names_the_trainers_address_each_other_by() -> None:
     for name, (role, rank) in expected_pods("freebase", spec).items():
         assert name == "freebase-" + layout.name_of(layout.rank_of(role, rank))
     assert layout.names(Role.PARTITION_SERVER) == ["partition-server-0", "partition-server-1"]
+
+
+def test_a_pod_name_tells_its_job_whatever_the_run_and_size() -> None:
+    assert all(is_pod_name("freebase", name) for name in (
+        "freebase-lock-server", "freebase-partition-server-12", "freebase-trainer-3"))
+    assert not any(is_pod_name("freebase", name) for name in (
+        "freebase-config", "freebase-trainer-", "freebase-trainer-0-x", "freebase2-trainer-0",
+        "other-trainer-0", "freebase", "lock-server"))
 
 
 # --- GPUs and per-role scheduling -------------------------------------------------------------

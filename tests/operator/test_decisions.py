@@ -5,11 +5,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from operator_support import START, job_object, pod_object
+from operator_support import START, job_object, lease_held_error, pod_object
 
 from tessera_operator import conditions as cond
 from tessera_operator.decisions import ActionKind, next_action, progress_pod, restart_delay
@@ -254,6 +254,40 @@ def test_events_warn_about_failures_only() -> None:
     assert (restart.event_type, spec_restart.event_type, failure.event_type,
             waiting.event_type) == ("Warning", "Normal", "Warning", None)
     assert restart.counts_against_backoff and not spec_restart.counts_against_backoff
+
+
+def lease_wait_pods(holder: str, expires: datetime) -> list[ObservedPod]:
+    """A distributed run whose lock server exited 75: host `holder` holds the lease."""
+    failed = {"phase": "Failed", "exit_code": 75, "message": lease_held_error(holder, expires)}
+    return [pod("demo-lock-server", **failed), pod("demo-partition-server-0"), pod(TRAINER),
+            pod("demo-trainer-1")]
+
+
+def test_a_lease_left_by_an_earlier_pod_of_the_job_is_waited_out_uncharged() -> None:
+    expires = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=1)
+    job = recorded_job(restarts=2, spec=distributed_spec())  # a charged restart would fail it
+    pods = lease_wait_pods(TRAINER, expires)
+    hold = next_action(job, pods, expires - timedelta(seconds=40))
+    assert (hold.kind, hold.reason, hold.requeue_after) == (
+        ActionKind.HOLD, cond.PREDECESSOR_LEASE, 40)
+    assert hold.delete_pods == () and hold.event_type is None
+    assert f"held by {TRAINER}, an earlier pod of this job" in hold.message
+    assert f"restarting when it expires at {cond.format_time(expires)}" in hold.message
+    restart = next_action(job, pods, expires)
+    assert (restart.kind, restart.reason) == (ActionKind.RESTART, cond.PREDECESSOR_LEASE)
+    assert restart.delete_pods == ("demo-lock-server", "demo-partition-server-0", TRAINER,
+                                   "demo-trainer-1")
+    assert restart.plan is not None and restart.plan.number == 2
+    assert not restart.counts_against_backoff and restart.event_type == "Normal"
+
+
+@pytest.mark.parametrize("holder", ["demo2-trainer-0", "laptop"])
+def test_a_lease_held_by_another_host_is_a_failure(holder: str) -> None:
+    expires = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=1)
+    job = recorded_job(restarts=2, spec=distributed_spec())
+    action = next_action(job, lease_wait_pods(holder, expires), expires - timedelta(seconds=40))
+    assert (action.kind, action.reason) == (ActionKind.FAIL, cond.BACKOFF_LIMIT_EXCEEDED)
+    assert f"on host {holder})" in action.message
 
 
 def test_messages_from_pods_are_redacted() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
-from operator_support import pod_object
+from operator_support import lease_held_error, pod_object
 
 from tessera_operator.labels import Role
-from tessera_operator.pods import MAX_MESSAGE_LENGTH, failure_line, observe_pod
+from tessera_operator.pods import MAX_MESSAGE_LENGTH, LeaseWait, failure_line, observe_pod
 
 ERROR_TAIL = "\n".join([
     '{"time": 1.0, "progress": "train", "done": 10, "total": 100}',
@@ -29,6 +31,18 @@ def test_a_pod_that_failed_on_bad_input() -> None:
     assert pod.finished and not pod.active and pod.exit_code == 65
     assert pod.message == "tessera train: error: s3://bucket/edges/edges_0_0.h5: not an HDF5 file"
     assert pod.explanation() == f"demo-trainer-0: Error, exit code 65: {pod.message}"
+
+
+def test_a_pod_that_found_the_lease_held_says_by_whom_and_until_when() -> None:
+    expires = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(minutes=1)
+    tail = f"{ERROR_TAIL}\n{lease_held_error('demo-trainer-0', expires)}"
+    waited = observe_pod(pod_object("demo-lock-server", role="lock-server", phase="Failed",
+                                    exit_code=75, message=tail))
+    assert waited.lease_wait == LeaseWait("demo-trainer-0", expires)
+    assert "in use by tessera train (pid 7 on host demo-trainer-0)" in waited.message
+    other = observe_pod(pod_object("demo-trainer-0", phase="Failed", exit_code=75,
+                                   message=ERROR_TAIL))
+    assert other.lease_wait is None
 
 
 def test_an_oom_killed_pod_and_an_evicted_one() -> None:

@@ -8,8 +8,9 @@ counters, the Events.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 
-from operator_support import CHECKPOINTS_OF_DEMO, Cluster, job_object
+from operator_support import CHECKPOINTS_OF_DEMO, Cluster, job_object, lease_held_error
 
 from tessera_operator import conditions as cond
 from tessera_operator.decisions import ActionKind
@@ -101,6 +102,43 @@ def test_failures_restart_with_back_off_until_the_limit() -> None:
     assert cluster.status["phase"] == "Failed"
     assert cluster.condition(cond.FAILED)["reason"] == cond.BACKOFF_LIMIT_EXCEEDED
     assert [e[0] for e in cluster.events].count("Warning") == 3
+
+
+def test_scaling_mid_run_waits_out_a_lease_left_behind_without_charging_it() -> None:
+    now = datetime.now(timezone.utc).replace(microsecond=0)  # the lease's clock
+    cluster = Cluster(job_object(), now=now)  # backoffLimit 2
+    cluster.reconcile()
+    cluster.run_all()
+    cluster.reconcile()
+    cluster.edit_spec(lambda spec: spec.setdefault("trainers", {}).update(replicas=2))
+    assert cluster.reconcile().reason == cond.SPEC_CHANGED
+    cluster.settle()  # the trainer is gone, SIGKILLed before it could release its lease
+    assert cluster.reconcile().kind is ActionKind.CREATE
+    assert set(cluster.pods) == {"demo-lock-server", TRAINER, "demo-trainer-1"}
+    cluster.run_all()
+    cluster.reconcile()
+    expires = now + timedelta(seconds=50)
+    cluster.set_pod("demo-lock-server", "Failed", exit_code=75,
+                    message=lease_held_error(TRAINER, expires))
+
+    assert cluster.reconcile().kind is ActionKind.HOLD
+    assert cluster.status["phase"] == "Restarting"
+    assert "restarting when it expires" in cluster.status["message"]
+    writes = cluster.status_writes
+    cluster.wait(30)
+    assert cluster.reconcile().requeue_after == 20 and cluster.status_writes == writes
+    cluster.wait(20)
+    assert cluster.reconcile().reason == cond.PREDECESSOR_LEASE
+    cluster.settle()
+    assert cluster.reconcile().kind is ActionKind.CREATE  # at once: no back-off
+    cluster.run_all()
+    cluster.reconcile()
+    assert cluster.status["phase"] == "Running"
+    assert (cluster.status["run"]["number"], cluster.status["restarts"]) == (3, 0)
+    assert [event[:2] for event in cluster.events] == [
+        ("Normal", cond.PODS_CREATED), ("Normal", cond.SPEC_CHANGED),
+        ("Normal", cond.PODS_CREATED), ("Normal", cond.PREDECESSOR_LEASE),
+        ("Normal", cond.PODS_CREATED)]
 
 
 def test_bad_input_fails_at_once_with_the_trainers_message() -> None:
