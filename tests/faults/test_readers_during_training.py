@@ -61,7 +61,8 @@ def test_eval_while_training_commits(tmp_path: Path) -> None:
                                  "--quiet"], stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: (checkpoints / "checkpoint_version.txt").exists(), training, 60)
-        codes = [main(["eval", str(config), "--quiet"]) for _ in range(12)]
+        test_edges = ["-p", f"edge_paths={tmp_path / 'test'}"]  # a short read, as users do
+        codes = [main(["eval", str(config), *test_edges, "--quiet"]) for _ in range(20)]
         assert training.poll() is None, "training ended before the readers did"
     finally:
         training.kill()

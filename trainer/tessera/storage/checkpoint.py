@@ -438,19 +438,22 @@ class CheckpointStore:
             with reading_hdf5(self.directory, name) as file:
                 yield file
         except BadInputError as error:
+            # Missing, or deleted while HDF5 opened it ("can't retrieve stat info"): a file
+            # of a version that a newer commit replaced is not bad input.
+            newest = self.current_version() if version else 0
+            if newest != version:
+                raise CheckpointMoved(
+                    f"{self.directory.url_of(name)}: version {version} was replaced by version "
+                    f"{newest} while it was read (a training run is committing here); run the "
+                    "command again") from error
             if not isinstance(error.__cause__, FileNotFoundError):
                 raise
             raise self._missing(name, version) from error.__cause__
 
-    def _missing(self, name: str, version: int) -> TesseraError:
+    def _missing(self, name: str, version: int) -> BadInputError:
         url = self.directory.url_of(name)
         if version == 0:
             return BadInputError(f"{url}: file not found{self._no_version_hint()}")
-        newest = self.current_version()
-        if newest != version:
-            return CheckpointMoved(f"{url}: version {version} was replaced by version "
-                                   f"{newest} while it was read (a training run is committing "
-                                   "here); run the command again")
         return BadInputError(f"{url}: file not found (checkpoint version {version} is "
                              "incomplete)")
 
