@@ -1,4 +1,5 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
+# Two entry points for a fresh machine: `make demo` and `make test` (`make lint` and
+# `make docs` for changes).
 # Both create a virtual environment in .venv and install Tessera into it (editable), with the
 # tested versions of its dependencies (constraints.txt).
 
@@ -6,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: demo test faults lint clean
+.PHONY: demo test faults lint docs clean
 
 $(VENV)/.trainer: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +27,15 @@ test: $(VENV)/.dev  ## the whole test suite
 faults: $(VENV)/.dev  ## the fault families alone (tests/faults: kills, OS errors, races, secrets)
 	$(BIN)/python -m pytest -m faults
 
-lint: $(VENV)/.dev  ## ruff and mypy (mypy's files: pyproject.toml's [tool.mypy])
+lint: $(VENV)/.dev docs  ## ruff, mypy (its files: pyproject.toml's [tool.mypy]) and the docs build
 	$(BIN)/ruff check trainer operator tests bench
 	$(BIN)/mypy
 
+# The docs site (mkdocs.yml, docs/) with warnings as errors: a broken link or anchor, a missing
+# page or a page left out of the nav fails. Built into build/site, which git ignores; it reads
+# nothing from the network. NO_MKDOCS_2_WARNING silences the Material theme's banner.
+docs: $(VENV)/.dev  ## build the documentation site strictly into build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir build/site
+
 clean:
-	rm -rf $(VENV) demo-output
+	rm -rf $(VENV) demo-output build/site
