@@ -27,8 +27,15 @@ from . import metrics
 from .api import KubeApi
 from .children import children
 from .connection import CredentialsError, Login, connection_info, load_login
-from .crd import GROUP, KIND, PLURAL
+from .crd import GROUP, PLURAL
 from .decisions import ActionKind, next_action, progress_pod
+from .events import (
+    EVENT_NAME_PREFIX,
+    REPORTING_COMPONENT,
+    events_path,
+    job_event,
+    reporting_instance,
+)
 from .job import view_job
 from .labels import LABEL_JOB, job_selector
 from .peering import LIFETIME
@@ -65,6 +72,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # namespaces and CRDs, which the operator's least-privilege RBAC does not allow.
     settings.scanning.disabled = True
     settings.peering.lifetime = LIFETIME  # with --peering: how soon a standby takes over
+    # The operator posts its Events itself (`events`); any kopf posts carry the same name.
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = reporting_instance()
+    settings.posting.event_name_prefix = EVENT_NAME_PREFIX
     memo.wakeups = {}  # (namespace, name) -> the asyncio.Event that wakes the job's daemon
 
 
@@ -142,11 +153,9 @@ async def reconcile(api: KubeApi, namespace: str, name: str) -> float | None:
     if action.status_first:
         for pod in action.delete_pods:
             await api.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{pod}", ok=(404,))
-    if action.event_type:
-        body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": job["metadata"]}
-        # kopf reads any mapping here; its type names its own Body view of a watched object.
-        kopf.event(body, type=action.event_type,  # type: ignore[arg-type]
-                   reason=action.reason or action.kind.value, message=action.message)
+    event = job_event(job["metadata"], action, now, reporting_instance())
+    if event is not None:
+        await _post_event(api, namespace, event)
     if action.kind is ActionKind.DELETE_JOB:
         await api.call("DELETE", _job_path(namespace, name), ok=(404,))
     metrics.reconciled(namespace, name, status["phase"], action)
@@ -175,6 +184,16 @@ async def _trainer_progress(api: KubeApi, namespace: str,
     else:
         return None if text is None else parse_progress(str(text).splitlines())
     return TrainingProgress.unreadable(why)
+
+
+async def _post_event(api: KubeApi, namespace: str, event: Mapping[str, Any]) -> None:
+    """Post an Event; one that cannot be posted is logged, never fails the reconcile (Events
+    are for people; the status already says what happened)."""
+    try:
+        await api.call("POST", events_path(namespace), event)
+    except (kopf.TemporaryError, aiohttp.ClientError) as problem:
+        _log.warning("posting the %s Event of %s/%s failed: %s", event["reason"], namespace,
+                     event["involvedObject"]["name"], problem)
 
 
 async def _create(api: KubeApi, namespace: str, manifest: Mapping[str, Any]) -> None:

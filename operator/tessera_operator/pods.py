@@ -3,9 +3,13 @@
 Decisions are made on `ObservedPod`s, never on raw pod objects: which run and role a pod
 belongs to (its labels), how far it got (phase, deletion), and, when it stopped or is stuck,
 why (exit code, the kubelet's reason, and one line of explanation). The explanation of a failed
-pod is the last line of its termination message that is not a JSON progress record: with
-`FallbackToLogsOnError` that message is the log tail, whose last plain line is `tessera`'s
-error (`tessera train: error: ...`) or a traceback's last line. A pod that exited 75 because
+pod is the last complete line of its termination message that carries an error: with
+`FallbackToLogsOnError` that message is the kubelet's 2 KB log tail, whose first line may be cut
+mid-record, so only whole lines that say what went wrong count: `tessera`'s own last words
+(`tessera train: error: ...`), a traceback's last line, another line naming an error, or a JSON
+record with an `error`. A pod killed without a word (SIGKILL, OOM) has no such line; its
+kubelet reason and exit code say it (`OOMKilled, exit code 137`, `killed (SIGKILL), exit code
+137`), never a fragment of a progress record. A pod that exited 75 because
 another run holds the checkpoint lease also says whose lease it is and when it expires
 (`lease_wait`), read from that error as `tessera` words it (`lease.LeaseHeldError`).
 """
@@ -13,6 +17,7 @@ another run holds the checkpoint lease also says whose lease it is and when it e
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +30,14 @@ from .labels import LABEL_ROLE, LABEL_RUN, Role
 from .redaction import redact
 
 MAX_MESSAGE_LENGTH = 512
+# The kubelet keeps at most this much of the log as a failed container's termination message
+# (`FallbackToLogsOnError`), cut from the end: a message this long may begin mid-line.
+TERMINATION_LOG_BYTES = 2048
+ERROR_KEY = "error"  # the key of a JSON log record that reports an error
+# A line that says why: `tessera CMD: ...` (the CLI's last words), a traceback's exception line
+# (`ValueError: boom`, `tessera.errors.BadInput`), or any line that calls itself an error.
+_ERROR_LINE = re.compile(r"^tessera \S+: |^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
+                         r"(?:Error|Exception|Interrupt|Exit)\b|\berror\b", re.IGNORECASE)
 
 PENDING, RUNNING, SUCCEEDED, FAILED, UNKNOWN = (
     "Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -90,11 +103,13 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
     terminated = state.get("terminated") or {}
     waiting = state.get("waiting") or {}
     exit_code = terminated.get("exitCode")
-    reason = terminated.get("reason") or waiting.get("reason") or status.get("reason") \
-        or _unschedulable(status)
+    reason = _signal_reason(exit_code, terminated.get("reason")) or waiting.get("reason") \
+        or status.get("reason") or _unschedulable(status)
     lease_wait = None
     if phase == FAILED or exit_code not in (None, 0):
-        message = failure_line(terminated.get("message") or status.get("message") or "")
+        # The pod's own message (`Evicted`: "The node was low on ...") is the kubelet's words,
+        # whole; only the container's, a log tail, needs its error line picked out.
+        message = failure_line(terminated.get("message") or "") or status.get("message") or ""
         lease_wait = _lease_wait(message) if exit_code == EXIT_TRANSIENT else None
     else:
         message = waiting.get("message") or _unschedulable_message(status) or ""
@@ -112,15 +127,31 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
 
 
 def failure_line(text: str) -> str:
-    """The line of a termination message that says why: the last plain (non-JSON) line, or
-    the last JSON record's event when the tail holds nothing else."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    plain = [line for line in lines if parse_record(line) is None]
-    if plain:
-        return plain[-1]
-    events = [str(record[EVENT]) for record in map(parse_record, lines)
-              if record is not None and EVENT in record]
-    return events[-1] if events else ""
+    """The last complete line of a termination message that carries an error ("" if none):
+    a cut first line or a progress record says nothing about why the pod stopped."""
+    lines = text.splitlines()
+    if len(text.encode()) >= TERMINATION_LOG_BYTES:
+        lines = lines[1:]  # the kubelet's tail may have begun mid-line
+    for line in reversed([line.strip() for line in lines]):
+        record = parse_record(line)
+        if record is None:
+            if line and _ERROR_LINE.search(line):
+                return line
+        elif record.get(ERROR_KEY):
+            event = record.get(EVENT)
+            return f"{event}: {record[ERROR_KEY]}" if event else str(record[ERROR_KEY])
+    return ""
+
+
+def _signal_reason(exit_code: int | None, reason: str | None) -> str | None:
+    """The kubelet's reason, or for its generic `Error` after a signal (exit code 128+N), the
+    signal, which says more: `killed (SIGKILL)`."""
+    if exit_code is None or exit_code <= 128 or reason not in (None, "Error"):
+        return reason
+    try:
+        return f"killed ({signal.Signals(exit_code - 128).name})"
+    except ValueError:
+        return reason
 
 
 def _lease_wait(line: str) -> LeaseWait | None:

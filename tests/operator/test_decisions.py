@@ -78,7 +78,8 @@ class Row:
     says: str = ""  # part of the message
 
 
-FAILED_75: dict[str, Any] = {"phase": "Failed", "exit_code": 75, "message": "storage unavailable"}
+FAILED_75: dict[str, Any] = {"phase": "Failed", "exit_code": 75,
+             "message": "tessera train: error: storage unavailable"}
 FAILED_65: dict[str, Any] = {"phase": "Failed", "exit_code": 65,
              "message": "tessera train: error: entity_path: no entity counts found"}
 RESTARTING_AFTER_FAILURE = {"Created": (False, cond.POD_FAILED),
@@ -125,7 +126,7 @@ ROWS = [
     Row("failed pod under backoffLimit: restart", recorded_job(restarts=1),
         [pod(**FAILED_75)], kind=ActionKind.RESTART, reason=cond.POD_FAILED,
         deletes=(TRAINER,), run=2, checkpoint=CHECKPOINTS,
-        says="exit code 75: storage unavailable; restart 2 of 2 in 20 s"),
+        says="exit code 75: tessera train: error: storage unavailable; restart 2 of 2 in 20 s"),
     Row("failed pod at backoffLimit: fail", recorded_job(restarts=2), [pod(**FAILED_75)],
         kind=ActionKind.FAIL, reason=cond.BACKOFF_LIMIT_EXCEEDED,
         says="backoffLimit (2) reached"),

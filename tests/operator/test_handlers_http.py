@@ -81,5 +81,11 @@ def test_operator_runs_a_job_through_its_phases(api: tuple[ApiServer, KubeClient
         eventually(lambda: {event.get("reason") for event in kube.list("v1", "Event")} >= {
             "PodsCreated", "TrainingFinished"}, "the Events of creation and success",
                    WAIT_SECONDS)
+        posted = kube.list("v1", "Event")
+        assert {(event["reason"], event["action"]) for event in posted} >= {
+            ("PodsCreated", "Created"), ("TrainingFinished", "Succeeded")}
+        assert {(event["reportingComponent"], event["source"]["component"])
+                for event in posted} == {("tessera-operator", "tessera-operator")}
+        assert {event["involvedObject"]["uid"] for event in posted} == {uid}
     assert operator.exception is None
     assert operator.exit_code == 0

@@ -8,7 +8,13 @@ import pytest
 from operator_support import lease_held_error, pod_object
 
 from tessera_operator.labels import Role
-from tessera_operator.pods import MAX_MESSAGE_LENGTH, LeaseWait, failure_line, observe_pod
+from tessera_operator.pods import (
+    MAX_MESSAGE_LENGTH,
+    TERMINATION_LOG_BYTES,
+    LeaseWait,
+    failure_line,
+    observe_pod,
+)
 
 ERROR_TAIL = "\n".join([
     '{"time": 1.0, "progress": "train", "done": 10, "total": 100}',
@@ -89,16 +95,54 @@ def test_credentials_in_a_termination_message_are_redacted() -> None:
 
 def test_long_messages_are_bounded() -> None:
     pod = observe_pod(pod_object("demo-trainer-0", phase="Failed", exit_code=1,
-                                 message="x" * 5000))
+                                 message="tessera train: error: " + "x" * 1000))
     assert len(pod.message) == MAX_MESSAGE_LENGTH and pod.message.endswith("...")
 
 
 @pytest.mark.parametrize(("tail", "line"), [
     (ERROR_TAIL, "tessera train: error: s3://bucket/edges/edges_0_0.h5: not an HDF5 file"),
     ("Traceback (most recent call last):\n  File x\nValueError: boom\n", "ValueError: boom"),
-    ('{"event": "a"}\n{"event": "worker died", "worker": 3}\n', "worker died"),
+    ('{"event": "retrying storage", "error": "503 Slow Down"}\n{"event": "worker died"}\n',
+     "retrying storage: 503 Slow Down"),
     ('{"progress": "train"}\n', ""),
+    ('{"event": "checkpoint committed", "commit_seconds": 0.191}\n', ""),
+    ("tessera train: terminated (SIGTERM)\n", "tessera train: terminated (SIGTERM)"),
     ("", ""),
 ])
 def test_failure_line(tail: str, line: str) -> None:
     assert failure_line(tail) == line
+
+
+def _cut_tail(*lines: str) -> str:
+    """The kubelet's 2 KB termination message of a log ending with `lines`: the end of a log
+    of progress records, begun mid-record."""
+    log = "\n".join([*([COMMIT] * 40), *lines]) + "\n"
+    return log.encode()[-TERMINATION_LOG_BYTES:].decode()
+
+
+COMMIT = '{"time": 2.0, "event": "checkpoint committed", "checkpoint_version": 100, ' \
+    '"commit_seconds": 0.191}'
+
+
+@pytest.mark.parametrize(("reason", "said"), [
+    ("OOMKilled", "OOMKilled, exit code 137"),
+    ("Error", "killed (SIGKILL), exit code 137"),
+    (None, "killed (SIGKILL), exit code 137"),
+])
+def test_a_killed_pod_says_reason_and_exit_code_never_a_cut_record(reason: str | None,
+                                                                    said: str) -> None:
+    tail = _cut_tail()
+    assert not tail.startswith("{")  # the first line is a fragment, as the kubelet cuts it
+    pod = observe_pod(pod_object("demo-trainer-0", phase="Failed", exit_code=137,
+                                 message=tail, reason=reason))
+    assert pod.message == ""
+    assert pod.explanation() == f"demo-trainer-0: {said}"
+
+
+def test_a_cut_first_line_is_never_the_failure_line() -> None:
+    error = "tessera train: error: s3://bucket/edges/edges_0_0.h5: not an HDF5 file"
+    cut = _cut_tail(error)
+    assert failure_line(cut) == error
+    fragment = cut.splitlines()[0]
+    assert failure_line(fragment + "error: half a line\n" + cut[len(fragment) + 1:]) == error
+    assert failure_line("x" * TERMINATION_LOG_BYTES + " error: cut\n" + COMMIT) == ""
