@@ -47,3 +47,27 @@ def test_quiet_prints_nothing() -> None:
     with reporter.task("train", total=10) as task:
         task.advance(10)
     assert stream.getvalue() == ""
+
+
+def test_human_rates_and_sizes_read_in_units() -> None:
+    """`11.4k edges/s` and `4.4 MB/s`, as people read them; JSON keeps the plain numbers."""
+    stream = Pipe()
+    reporter = Reporter("human", stream)
+    reporter.event("partition traffic", bytes_received=4_400_000, bytes_per_s=4_412_345.6,
+                   edges_per_s=11_360.5, seconds=12345.6)
+    reporter.summary("training finished", {"edges_per_s": 11_360, "loss": 0.01234})
+    assert stream.getvalue().splitlines() == [
+        "partition traffic  bytes_received=4.4 MB  4.4 MB/s  11.4k edges/s  seconds=12,346",
+        "training finished", "  edges_per_s  11.4k edges/s", "  loss         0.01234"]
+    stream = Pipe()
+    Reporter("json", stream).event("partition traffic", edges_per_s=11_360.5)
+    assert json.loads(stream.getvalue())["edges_per_s"] == 11_360.5
+
+
+def test_a_result_printed_on_stdout_is_not_repeated_in_human_output() -> None:
+    for mode in ("human", "json"):
+        stream = Pipe()
+        reporter = Reporter(mode, stream)  # type: ignore[arg-type]
+        reporter.fields_printed_as_result.add("evaluation finished")
+        reporter.event("evaluation finished", mrr=0.5)
+        assert ("mrr" in stream.getvalue()) == (mode == "json")

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from .errors import BadInputError, ConfigError, TesseraError, TransientError
+from .log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EVALUATION_FINISHED
 from .openmp_waits import shorten_spinning
 from .os_errors import classify_local
 from .progress import Reporter, report_logs
@@ -280,6 +281,8 @@ def _run_train(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.trainers is not None or args.partition_servers is not None:
         raise ConfigError("--trainers/--partition-servers", "only with --local-cluster")
     config = _load(args)
+    if not config.verbose:  # one commit line per epoch would push the live line away
+        reporter.folded_events[CHECKPOINT_COMMITTED] = CHECKPOINT_VERSION
     if args.rank is not None:
         from .distributed.trainer import run_trainer
 
@@ -382,6 +385,8 @@ def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
     config = _load(args)
     if args.output:  # refused now rather than after the evaluation
         check_metrics_output(args.output, config)
+    if sys.stdout.isatty():  # the metrics printed below are in view: not twice
+        reporter.fields_printed_as_result.add(EVALUATION_FINISHED)
     metrics = evaluate_checkpoint(config, reporter, filtered=args.filtered,
                                   filter_paths=args.filter_paths)
     if args.output:

@@ -9,7 +9,9 @@ those readers rely on are named here, once, free of torch. Two kinds of record:
   "rate", "eta_s", "epoch": "3/50", "loss", "mrr", "buckets_done", "buckets_total"}`;
 - an event: `{"event": "checkpoint committed", "checkpoint_version", "epoch", "chunks_done",
   "chunks_total", "commit_seconds"}` after every commit, and at the end `{"event": "training
-  finished", "checkpoint_version", "edges_per_s", "loss", "eval_mrr"...}`.
+  finished", "checkpoint_version", "edges_per_s", "loss", "eval_mrr"...}`; a run that resumes
+  starts with `{"event": "resuming from a checkpoint", "checkpoint_version", "epoch",
+  "chunks_done", "chunks_total"}`.
 
 Every printed record starts with `"time"` (Unix seconds).
 """
@@ -28,6 +30,8 @@ TIME = "time"
 TRAIN_TASK = "train"
 CHECKPOINT_COMMITTED = "checkpoint committed"
 TRAINING_FINISHED = "training finished"
+RESUMING = "resuming from a checkpoint"
+EVALUATION_FINISHED = "evaluation finished"  # `tessera eval`'s result, also printed on stdout
 
 # Keys of a progress record.
 DONE = "done"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, Literal
 
-from .log_records import event_record, json_line, progress_record
+from .log_records import event_record, is_number, json_line, progress_record
 
 Mode = Literal["auto", "human", "json", "quiet"]
 Listener = Callable[[dict[str, Any]], None]
@@ -34,6 +34,15 @@ class Reporter:
             mode = "human" if self.stream.isatty() else "json"
         self.mode = mode
         self.listeners: list[Listener] = []
+        # Events whose fields the human style leaves out, because the command prints them
+        # as its result on stdout (`tessera eval`'s metrics): shown once, not twice.
+        self.fields_printed_as_result: set[str] = set()
+        # Events the human style on a terminal folds into the live line, each naming the
+        # one field shown there, rather than giving each a line of its own (one `checkpoint
+        # committed` per epoch would push the live line out of view); JSON keeps them all.
+        self.folded_events: dict[str, str] = {}
+        self._live = ""  # the live line last written on a terminal, without `_folded`
+        self._folded = ""  # the last folded event, shown at the end of the live line
 
     def event(self, message: str, **fields: Any) -> None:
         """One line for something that happened (`imported 10 edges`)."""
@@ -43,9 +52,15 @@ class Reporter:
             return
         if self.mode == "json":
             self._write_json(record)
+            return
+        if message in self.fields_printed_as_result:
+            fields = {}
+        shown = self.folded_events.get(message)
+        if shown is not None and self._live and self.stream.isatty():
+            self._folded = f"{message}: {shown}={_human_field(shown, fields.get(shown))}"
+            self._write_line(self._live, transient=True)
         else:
-            details = "  ".join(f"{k}={_human(v)}" for k, v in fields.items())
-            self._write_line(f"{message}  {details}".rstrip())
+            self._write_line(f"{message}  {_details(fields)}".rstrip())
 
     def summary(self, title: str, rows: dict[str, Any]) -> None:
         """A final summary: an aligned table on a terminal, one JSON record otherwise."""
@@ -57,7 +72,8 @@ class Reporter:
             self._write_json(record)
             return
         width = max(map(len, rows), default=0)
-        lines = [title] + [f"  {key:<{width}}  {_human(value)}" for key, value in rows.items()]
+        lines = [title] + [f"  {key:<{width}}  {_human_field(key, value)}"
+                           for key, value in rows.items()]
         self._write_line("\n".join(lines))
 
     @contextmanager
@@ -77,8 +93,10 @@ class Reporter:
 
     def _write_line(self, line: str, *, transient: bool = False) -> None:
         if transient:  # overwrite the current terminal line
-            self.stream.write("\r\x1b[2K" + line)
+            self._live = line
+            self.stream.write("\r\x1b[2K" + line + (f"  | {self._folded}" if self._folded else ""))
         else:
+            self._live = self._folded = ""  # a line of its own ends the live line
             self.stream.write("\r\x1b[2K" + line + "\n" if self.stream.isatty() else line + "\n")
         self.stream.flush()
 
@@ -159,9 +177,9 @@ class Task:
             return
         share = f" {100 * self.done / self.total:5.1f}%" if self.total else ""
         eta = self.eta()
-        extra = "".join(f"  {k}={_human(v)}" for k, v in self.fields.items())
-        line = (f"{self.name}{share}  {_human(self.done)} {self.unit}  "
-                f"{_human(self.rate)} {self.unit}/s"
+        extra = "".join(f"  {k}={_human_field(k, v)}" for k, v in self.fields.items())
+        line = (f"{self.name}{share}  {_amount(self.done, self.unit)}  "
+                f"{_amount(self.rate, self.unit)}/s"
                 f"{f'  ETA {_duration(eta)}' if eta is not None else ''}{extra}")
         self.reporter._write_line(line, transient=self.reporter.stream.isatty())
 
@@ -180,11 +198,49 @@ def _human(value: Any) -> str:
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:
             value = int(value)
+        elif abs(value) >= 10_000 and abs(value) < 1e15:
+            return f"{value:,.0f}"  # 11,360, never 1.136e+04
         else:
             return f"{value:.4g}"
     if isinstance(value, int) and abs(value) >= 10_000:
         return f"{value:,}"
     return str(value)
+
+
+def _details(fields: dict[str, Any]) -> str:
+    """An event's fields as people read them: `key=value`, a rate as `11.4k edges/s`."""
+    return "  ".join(_human_field(key, value) if key.endswith(PER_SECOND) and is_number(value)
+                     else f"{key}={_human_field(key, value)}" for key, value in fields.items())
+
+
+# Keys that name a rate (`edges_per_s`) or a size (`bytes_received`, `bytes_per_swap`).
+PER_SECOND = "_per_s"
+BYTES = "bytes"
+
+
+def _human_field(key: str, value: Any) -> str:
+    """A field's value in readable units: its key says whether it is a rate or a size."""
+    if not is_number(value):
+        return _human(value)
+    if key.endswith(PER_SECOND):
+        return f"{_amount(value, key[:-len(PER_SECOND)])}/s"
+    if key.startswith(BYTES) or key.endswith(BYTES):
+        return _amount(value, BYTES)
+    return _human(value)
+
+
+def _amount(value: float, unit: str) -> str:
+    """A quantity in readable units: `4.4 MB` of bytes, `11.4k edges` of anything else
+    (scientific notation such as `1.136e+04` is for machines, not people)."""
+    if unit == BYTES:
+        for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+            if abs(value) >= scale:
+                return f"{value / scale:.1f} {prefix}B"
+        return f"{value:.0f} B"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.1f}{prefix} {unit}"
+    return f"{_human(round(value, 1))} {unit}"
 
 
 def _duration(seconds: float) -> str:

@@ -24,6 +24,7 @@ from ..config import ConfigSchema
 from ..data.batching import iter_batches
 from ..data.graph_data import GraphData, check_edge_paths, check_has_edges
 from ..edgelist import EdgeList
+from ..log_records import EVALUATION_FINISHED
 from ..model import EmbeddingModel
 from ..model.model_io import load_model
 from ..progress import Reporter
@@ -59,7 +60,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
               "ranked_against": _ranked_against(config, data, filtered,
                                                 filter_paths or config.edge_paths),
               **metrics.summary()}
-    reporter.event("evaluation finished", **result)
+    reporter.event(EVALUATION_FINISHED, **result)
     return result
 
 

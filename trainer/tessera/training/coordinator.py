@@ -46,6 +46,7 @@ from ..log_records import (
     LOSS,
     MRR,
     PARTITION_WAIT_SECONDS,
+    RESUMING,
     TRAIN_TASK,
     TRAINING_FINISHED,
     epoch_text,
@@ -150,6 +151,7 @@ def train(config: ConfigSchema, reporter: Reporter,
         init = CheckpointStore.init_from_config(config)
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
+        report_resume(schedule, version, start, reporter)
         state = build_model_state(config, data, store, version, init)
         devices = training_devices(config) if devices is None else devices
         holder = PartitionHolder(config, data.entity_counts, store, init, version,
@@ -231,6 +233,17 @@ def resume_position(store: CheckpointStore, version: int,
     if completed.epoch_idx >= schedule.num_epochs:
         return None
     return schedule.position_after(completed)
+
+
+def report_resume(schedule: TrainingSchedule, version: int, start: ChunkPosition | None,
+                  reporter: Reporter) -> None:
+    """Say which checkpoint a rerun goes on from, and where in the schedule: without it a
+    resumed run looks like a fresh one that is oddly short."""
+    if version == 0 or start is None:
+        return
+    reporter.event(RESUMING, **{CHECKPOINT_VERSION: version, EPOCH: start.epoch_idx + 1,
+                                CHUNKS_DONE: schedule.index_of(start),
+                                CHUNKS_TOTAL: schedule.num_positions})
 
 
 def iteration_metadata(config: ConfigSchema, schedule: TrainingSchedule,

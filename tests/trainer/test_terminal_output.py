@@ -1,0 +1,123 @@
+"""What a person sees on a terminal: `train` and `eval` run under a pseudo-terminal, as from
+a shell, and the JSON lines that pods print for the same runs.
+
+Rates read `11.4k edges/s`, never `1.136e+04`; the per-epoch commit lines fold into the live
+line; a rerun says which checkpoint it resumes from; eval's metrics appear once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tessera.cli import main
+
+CONFIG = {
+    "entities": {"user": {"num_partitions": 1}, "item": {"num_partitions": 1}},
+    "relations": [{"name": "likes", "lhs": "user", "rhs": "item", "operator": "diagonal"}],
+    "dimension": 8, "comparator": "dot", "loss_fn": "softmax", "lr": 0.1, "num_epochs": 3,
+    "batch_size": 50, "num_batch_negs": 10, "num_uniform_negs": 10, "eval_fraction": 0,
+    "workers": 1, "hogwild_delay": 0, "global_emb": False,
+    "entity_path": "entities", "edge_paths": ["edges"], "checkpoint_path": "checkpoints",
+}
+SCIENTIFIC = re.compile(r"\d\.\d+e[+-]\d")
+
+
+@pytest.fixture
+def graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A small imported graph, not yet trained; also the working directory."""
+    edges = [f"u{user}\tlikes\ti{(user * 7 + k) % 20}" for user in range(30) for k in range(4)]
+    (tmp_path / "likes.tsv").write_text("\n".join(edges) + "\n")
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "config.json", "likes.tsv", "--rel-col", "1", "--rhs-col", "2",
+                 "--quiet"]) == 0
+    return tmp_path
+
+
+def on_terminal(*args: str) -> str:
+    """What `tessera ARGS` shows on a terminal (stdout and stderr both on it), its line ends
+    as written: the live line rewrites itself with a carriage return."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "tessera", *args], stdin=follower,
+                               stdout=follower, stderr=follower, close_fds=True)
+    os.close(follower)
+    output = bytearray()
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 120)
+            if not ready:
+                raise TimeoutError(f"tessera {' '.join(args)}: no output for 120 s")
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: every writer is gone
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(leader)
+        code = process.wait(timeout=60)
+    text = output.decode()
+    assert code == 0, text
+    return text.replace("\r\n", "\n")
+
+
+def shown_lines(text: str) -> list[str]:
+    """The lines left on the screen: each line as its last carriage return left it."""
+    return [line.rsplit("\r", 1)[-1].replace("\x1b[2K", "") for line in text.split("\n")]
+
+
+def test_a_run_on_a_terminal_reads_as_people_read(graph: Path) -> None:
+    text = on_terminal("train", "config.json")
+    assert not SCIENTIFIC.search(text), text
+    assert re.search(r"\d+(\.\d)?k? edges/s", text), text
+    lines = shown_lines(text)
+    # Three epochs, three commits: folded into the live line, none on a line of its own.
+    assert not [line for line in lines if line.startswith("checkpoint committed")], text
+    assert "checkpoint committed: checkpoint_version=" in text
+    assert "resuming" not in text
+
+    text = on_terminal("train", "config.json", "-p", "num_epochs=5")
+    assert "resuming from a checkpoint  checkpoint_version=3  epoch=4  chunks_done=3  " \
+           "chunks_total=5" in shown_lines(text), text
+
+
+def test_verbose_runs_keep_a_line_per_commit(graph: Path) -> None:
+    lines = shown_lines(on_terminal("train", "config.json", "-p", "verbose=1"))
+    assert len([line for line in lines if line.startswith("checkpoint committed")]) == 3
+
+
+def test_eval_on_a_terminal_prints_its_metrics_once(graph: Path) -> None:
+    assert main(["train", "config.json", "--quiet"]) == 0
+    text = on_terminal("eval", "config.json")
+    assert text.count("mrr") == 1, text
+    assert "evaluation finished" in shown_lines(text), text
+    result = json.loads(text[text.index("\n{") + 1:])
+    assert result["mode"] == "raw" and result["count"] == 2 * 120
+
+
+def test_json_lines_keep_every_event(graph: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Pods' log is as before, a resume added: one event per commit, eval's metrics in full."""
+    assert main(["train", "config.json", "--log-format", "json", "-p", "num_epochs=2"]) == 0
+    assert main(["train", "config.json", "--log-format", "json"]) == 0
+    assert main(["eval", "config.json", "--log-format", "json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    events = [record for record in records if "event" in record]
+    commits = [event for event in events if event["event"] == "checkpoint committed"]
+    assert [commit["checkpoint_version"] for commit in commits] == [1, 2, 3]
+    resumes = [event for event in events if event["event"] == "resuming from a checkpoint"]
+    assert [{key: value for key, value in resume.items() if key != "time"}
+            for resume in resumes] == [{"event": "resuming from a checkpoint",
+                                        "checkpoint_version": 2, "epoch": 3,
+                                        "chunks_done": 2, "chunks_total": 3}]
+    finished = [event for event in events if event["event"] == "evaluation finished"]
+    assert len(finished) == 1 and "mrr" in finished[0]
