@@ -229,18 +229,19 @@ def _human_field(key: str, value: Any) -> str:
     return _human(value)
 
 
+_SCALES = (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3))
+
+
 def _amount(value: float, unit: str) -> str:
     """A quantity in readable units: `4.4 MB` of bytes, `11.4k edges` of anything else
     (scientific notation such as `1.136e+04` is for machines, not people)."""
-    if unit == BYTES:
-        for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-            if abs(value) >= scale:
-                return f"{value / scale:.1f} {prefix}B"
-        return f"{value:.0f} B"
-    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.1f}{prefix} {unit}"
-    return f"{_human(round(value, 1))} {unit}"
+    prefix, scale = next(((prefix, scale) for prefix, scale in _SCALES if abs(value) >= scale),
+                         ("", 1.0))
+    if prefix:
+        number = f"{value / scale:.1f}"
+    else:
+        number = f"{value:.0f}" if unit == BYTES else _human(round(value, 1))
+    return f"{number} {prefix}B" if unit == BYTES else f"{number}{prefix} {unit}"
 
 
 def _duration(seconds: float) -> str:

@@ -45,18 +45,14 @@ class GraphData:
         read it: the new buckets name entities the run's tables may not hold, so what it
         trained since may mix two imports; the last checkpoint still matches the old data."""
         now = read_entity_counts(self.entity_dir, self.config)
-        changed = [(entity, part, count, now.get(entity, [])[part:part + 1])
-                   for entity, counts in self.entity_counts.items()
-                   for part, count in enumerate(counts)
-                   if now.get(entity, [])[part:part + 1] != [count]]
-        if changed:
-            entity, part, count, found = changed[0]
-            raise BadInputError(
-                f"{self.entity_dir.url}: an import changed the entities while this run "
-                f"trained ({entity} partition {part}: {count} entities, now "
-                f"{found[0] if found else 'none'}); it stopped before committing, so the last "
-                "checkpoint matches the data it started on. Train on the new data from that "
-                "checkpoint with init_path, and import while no run trains on entity_path")
+        for entity, counts in self.entity_counts.items():
+            if now.get(entity) != counts:
+                raise BadInputError(
+                    f"{self.entity_dir.url}: an import changed the entities while this run "
+                    f"trained ({entity}: {counts} entities per partition, now "
+                    f"{now.get(entity)}); it stopped before committing, so the last checkpoint "
+                    "matches the data it started on. Train on the new data from that "
+                    "checkpoint with init_path, and import while no run trains on entity_path")
 
     @cached_property
     def known_rows(self) -> dict[PartitionKey, int] | None:

@@ -145,8 +145,8 @@ class CheckpointStore:
         version = self.current_version()
         if version == 0:
             raise BadInputError(f"{self.directory.url}: no checkpoint to {purpose}"
-                                f"{self._no_version_hint() if self._has_versions() else ''}; "
-                                "run `tessera train` first or fix checkpoint_path")
+                                f"{self._no_version_hint()}; run `tessera train` first or fix "
+                                "checkpoint_path")
         return version
 
     def read_config(self) -> dict[str, Any]:
@@ -344,7 +344,7 @@ class CheckpointStore:
                               f"invalid JSON ({error}); delete it (the chunk's statistics "
                               "and epoch copy are lost, the checkpoint is not)") from error
         if journal.get("version") == self.current_version():
-            records = [json.loads(json.dumps(r, default=_json_value)) for r in journal["stats"]]
+            records = journal["stats"]  # as read back from JSON, as read_stats returns them
             if records and not (after_a_crash
                                 and self.read_stats()[-len(records):] == records):
                 self.append_stats(records)
@@ -423,9 +423,6 @@ class CheckpointStore:
 
     # Internals.
 
-    def _has_versions(self) -> bool:
-        return any(_version_of(name) for name in self.directory.listdir())
-
     def _resolve(self, version: int | None) -> int:
         return self.current_version() if version is None else version
 
@@ -453,15 +450,18 @@ class CheckpointStore:
     def _missing(self, name: str, version: int) -> BadInputError:
         url = self.directory.url_of(name)
         if version == 0:
-            return BadInputError(f"{url}: file not found{self._no_version_hint()}")
+            hint = self._no_version_hint() or (f" (there is no {CHECKPOINT_VERSION_FILE}, so "
+                                               "the unversioned name was tried)")
+            return BadInputError(f"{url}: file not found{hint}")
         return BadInputError(f"{url}: file not found (checkpoint version {version} is "
                              "incomplete)")
 
     def _no_version_hint(self) -> str:
+        """What to do about versioned files found with no committed version ("": none)."""
         found = sorted({v for v in map(_version_of, self.directory.listdir()) if v},
                        reverse=True)
         if not found:
-            return f" (there is no {CHECKPOINT_VERSION_FILE}, so the unversioned name was tried)"
+            return ""
         return (f" (there is no committed version: {CHECKPOINT_VERSION_FILE} is missing or says "
                 f"0, but files of version(s) {', '.join(map(str, found))} are here; write the "
                 f"newest complete one into {CHECKPOINT_VERSION_FILE}, or run tessera train on "

@@ -16,6 +16,7 @@ backend makes by itself (a snapshot on the same disk or bucket).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import posixpath
@@ -363,16 +364,10 @@ def _create_temp_file(folder: str, prefix: str, suffix: str, *, private: bool = 
         return path
 
 
-_killed_uploads_removed = False
-
-
+@functools.cache
 def _remove_killed_uploads(folder: str) -> None:
     """Delete, once per process, the local copies of uploads whose process is gone (a kill
     skips the clean-up of `writing`): a partition's copy is gigabytes."""
-    global _killed_uploads_removed
-    if _killed_uploads_removed:
-        return
-    _killed_uploads_removed = True
     for name in os.listdir(folder):
         pid = name.removeprefix(UPLOAD_PREFIX).partition("-")[0]
         if name.startswith(UPLOAD_PREFIX) and pid.isdigit() and not process_is_running(int(pid)):
