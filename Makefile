@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 
-.PHONY: demo test faults lint docs clean
+.PHONY: demo test test-fast faults lint docs clean
 
 $(VENV)/.trainer: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a fe
 
 test: $(VENV)/.dev  ## the whole test suite
 	$(BIN)/python -m pytest
+
+# The fast lane: the unit and component tests, without those marked slow, the fault families
+# and the end-to-end ones (a real API server, pods as processes); the whole suite before a merge.
+test-fast: $(VENV)/.dev  ## most tests in a few minutes: not slow, faults or end-to-end
+	$(BIN)/python -m pytest -m "not slow and not faults and not real_cluster" --ignore=tests/e2e
 
 faults: $(VENV)/.dev  ## the fault families alone (tests/faults: kills, OS errors, races, secrets)
 	$(BIN)/python -m pytest -m faults

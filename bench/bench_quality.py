@@ -7,15 +7,17 @@ the table gives the median and range of filtered MRR and Hits@10 over the runs.
 
     python bench/bench_quality.py --pbg-python /tmp/pbg-venv/bin/python --runs 5
     python bench/bench_quality.py --tuned --runs 3          # the shipped tuned configs
+    python bench/bench_quality.py --tuned --config rotate   # examples/{dataset}/rotate.yaml
     python bench/bench_quality.py --data nations=DIR        # a local copy instead of the URL
 
 By default both train PyTorch-BigGraph's FB15k example (ComplEx, dynamic relations, dot,
 softmax, lr 0.1; without its N3 regularizer, which PBG 1.0 lacks) at dimension 200 with 1000
 batch and 1000 uniform negatives; `--tuned` trains Tessera alone with
-examples/{dataset}/config.yaml, `--runs` seeds. UMLS is bundled in examples/umls; Nations
-is fetched from the public ConvE repository (Dettmers et al. 2018, the split that UMLS comes
-from) into bench/output/data, or read from `--data nations=DIR`, a folder with train, valid
-and test files (`.txt` or `.tsv`, one `head<TAB>relation<TAB>tail` per line).
+examples/{dataset}/config.yaml (or `--config NAME`: examples/{dataset}/NAME.yaml), `--runs`
+seeds. UMLS is bundled in examples/umls; Nations is fetched from the public ConvE repository
+(Dettmers et al. 2018, the split that UMLS comes from) into bench/output/data, or read from
+`--data nations=DIR`, a folder with train, valid and test files (`.txt` or `.tsv`, one
+`head<TAB>relation<TAB>tail` per line).
 PBG needs an environment of its own (`pip install torchbiggraph 'setuptools<81'`).
 """
 
@@ -195,9 +197,9 @@ def print_table(results: list[Result], runs: int, split: str) -> None:
                       f"{summary([r.hits10 for r in group])} |")
 
 
-def tuned_config(dataset: str) -> dict[str, Any]:
-    """The shipped tuned config, without its paths (each run has its own)."""
-    config: dict[str, Any] = yaml.safe_load((ROOT / "examples" / dataset / "config.yaml")
+def tuned_config(dataset: str, name: str = "config") -> dict[str, Any]:
+    """A shipped tuned config, without its paths (each run has its own)."""
+    config: dict[str, Any] = yaml.safe_load((ROOT / "examples" / dataset / f"{name}.yaml")
                                             .read_text())
     for key in ("entity_path", "edge_paths", "checkpoint_path"):
         config.pop(key, None)
@@ -211,6 +213,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     parser.add_argument("--tuned", action="store_true",
                         help="Tessera alone with examples/{dataset}/config.yaml")
+    parser.add_argument("--config", default="config", metavar="NAME",
+                        help="with --tuned: examples/{dataset}/NAME.yaml instead")
     parser.add_argument("--split", choices=("valid", "test"), default="test",
                         help="the split evaluated (tune on valid, report test)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
@@ -236,15 +240,18 @@ def main(argv: list[str] | None = None) -> None:
     systems = ["Tessera"] + (["PBG"] if pbg_bin is not None and not args.tuned else [])
     overrides = dict(parse_override(item) for item in args.overrides)
     results = []
+    tag = "pbg" if not args.tuned else "tuned" if args.config == "config" \
+        else f"tuned-{args.config}"
     for dataset in args.datasets:
         files = dataset_files(dataset, given)
-        config = {**(tuned_config(dataset) if args.tuned else PBG_SETUP), **overrides}
+        config = {**(tuned_config(dataset, args.config) if args.tuned else PBG_SETUP),
+                  **overrides}
         for run_idx in range(args.runs):
             order = systems if run_idx % 2 == 0 else systems[::-1]
             for system in order:
                 results.append(one_run(dataset, system, run_idx, config, files, pbg_bin,
-                                       "tuned" if args.tuned else "pbg", args.split))
-    setup = "the shipped tuned configs" if args.tuned else "PBG's FB15k setup"
+                                       tag, args.split))
+    setup = f"examples/*/{args.config}.yaml" if args.tuned else "PBG's FB15k setup"
     print(f"\nSetup: {setup}; overrides: {overrides or 'none'}.")
     print_table(results, args.runs, args.split)
 

@@ -1,6 +1,8 @@
 """How stale a running job's status is: from a trainer's log line to the EmbeddingJob status
-showing it, on the end-to-end harness of the tests (the test API server, the local-process
-kubelet, the operator as its own process, the S3 test server).
+showing it, on the end-to-end harness of the tests with a real control plane (etcd,
+kube-apiserver and kube-controller-manager; the test kubelet as its node, running pods as local
+processes and serving their logs through kube-apiserver; the operator as its own process with
+the chart's role; the S3 test server).
 
 The job trains a planted graph; this script polls the job every POLL_S seconds and notes when
 the status first shows each committed checkpoint version (or a later one), and each progress
@@ -26,16 +28,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the harness lives with the end-to-end tests
 
-from e2e.cluster import (  # noqa: E402
-    NAMESPACE,
-    NODE_ENV,
-    Cluster,
-    OperatorProcess,
-    TrainingData,
-    start_api,
-    write_kubeconfig,
-)
-from e2e.kubelet import Kubelet  # noqa: E402
+from e2e.cluster import Cluster, TrainingData  # noqa: E402
+from e2e.conftest import real_cluster_in  # noqa: E402
 from support.planted import write_planted_graph  # noqa: E402
 from support.s3_server import S3_BUCKET, WeedServer  # noqa: E402
 
@@ -102,27 +96,18 @@ def main() -> None:
         root = Path(scratch)
         weed = WeedServer(root / "s3")
         weed.start()
-        api, kube = start_api()
-        kubelet = Kubelet(api.url, api.emulator, NAMESPACE, root / "node", NODE_ENV)
-        operator = OperatorProcess(write_kubeconfig(api.url, root / "kubeconfig"),
-                                   root / "operator.log")
         try:
-            kubelet.start()
-            operator.start()
-            graph = write_planted_graph(root / "graph", num_partitions=1,
-                                        num_edges=args.edges)
-            data = TrainingData(graph, f"s3://{S3_BUCKET}/staleness",
-                                weed.server.storage_options())
-            data.upload()
-            cluster = Cluster(api, kube, kubelet, operator)
-            for manifest in job_objects(data, weed.server, args.epochs):
-                kube.apply(manifest)
-            seen = watch(cluster)
-            log = kubelet.logs(TRAINER)[-1]
+            with real_cluster_in(root) as cluster:
+                graph = write_planted_graph(root / "graph", num_partitions=1,
+                                            num_edges=args.edges)
+                data = TrainingData(graph, f"s3://{S3_BUCKET}/staleness",
+                                    weed.server.storage_options())
+                data.upload()
+                for manifest in job_objects(data, weed.server, args.epochs):
+                    cluster.kube.apply(manifest)
+                seen = watch(cluster)
+                log = cluster.kubelet.logs(TRAINER)[-1]
         finally:
-            operator.stop()
-            kubelet.stop()
-            api.stop()
             weed.stop()
     records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     print(f"job {seen[-1][1].get('phase')}, {args.epochs} epochs, {args.edges} edges; "

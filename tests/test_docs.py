@@ -129,3 +129,27 @@ def test_docs_build_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "reliability" / "index.html").exists()
     changelog = (tmp_path / "site" / "changelog" / "index.html").read_text(encoding="utf-8")
     assert "Keep a Changelog" in changelog  # CHANGELOG.md included, not the snippet line
+
+
+def fenced_block_after(path: Path, heading: str) -> str:
+    """The first fenced code block under `heading` (a line of the file, as written)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index(heading)
+    opening = next(i for i in range(start, len(lines)) if FENCE.match(lines[i]))
+    closing = next(i for i in range(opening + 1, len(lines)) if FENCE.match(lines[i]))
+    return "\n".join(lines[opening + 1:closing])
+
+
+@pytest.mark.slow
+def test_the_readme_quick_start_runs_as_written(tmp_path: Path) -> None:
+    """The commands of the README's local quick start, as a user pastes them: from a checkout
+    (here a folder holding its examples and environment) after `make demo`."""
+    commands = fenced_block_after(README, "## Quick start on one machine")
+    assert commands.startswith("source .venv/bin/activate")
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", commands], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '"mode": "filtered"' in result.stdout and "alga\t1\t" in result.stdout
+    assert (tmp_path / "demo-output" / "umls" / "export" / "embeddings_all.tsv").exists()

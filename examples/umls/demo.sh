@@ -11,9 +11,7 @@ tessera import "$config" examples/umls/train.tsv examples/umls/valid.tsv example
 
 tessera train "$config" -p edge_paths="$out/edges/train"
 
-tessera eval "$config" -p edge_paths="$out/edges/test" --filtered \
-  --filter-paths "$out/edges/train" "$out/edges/valid" "$out/edges/test" \
-  --output "$out/test_metrics.json"
+tessera eval "$config" --split test --filtered --output "$out/test_metrics.json"
 
 tessera export "$config" "$out/export"
 

@@ -22,6 +22,7 @@ from kopf.cli import main as kopf_main
 
 from tessera.errors import ConfigError
 from tessera.metrics_address import METRICS_PORT_ENV, parse_address
+from tessera.training.allocator import one_heap_for_all_threads
 
 from . import metrics
 from .connection import CredentialsError, load_login
@@ -38,6 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     own.add_argument("--metrics-port", metavar="[HOST:]PORT",
                      default=os.environ.get(METRICS_PORT_ENV) or str(metrics.DEFAULT_PORT))
     options, kopf_args = own.parse_known_args(sys.argv[1:] if argv is None else argv)
+    # Before any thread starts: the threads that kopf and aiohttp start now and then (name
+    # lookups, the metrics server) would each keep a heap of their own, as large as it grew.
+    one_heap_for_all_threads()
     if not {"-h", "--help"} & set(kopf_args):
         try:
             address = parse_address(options.metrics_port, "--metrics-port")

@@ -19,6 +19,13 @@ Trainer pods of a config with `num_gpus: N` ask for N `nvidia.com/gpu` (limits a
 which must be equal for an extended resource); the servers never do. Each pod's scheduling is
 the job-wide fields with its role's added: node labels merged (the role's win), tolerations
 appended, and each kind of affinity the role gives replacing the job's.
+
+A pod also carries its role's pod template (`spec.podTemplate` with the role's over it): its
+labels and annotations, priority class, scheduler, service account, and environment
+variables, volumes and mounts after the operator's own (which `spec` keeps the template from
+changing). The service-account token is mounted only for a named account (`spec.PodTemplate.
+mounts_token`): that is what cloud identities such as IRSA are bound to. Pods labelled with a
+Kueue queue also get the run's Kueue pod group (`labels.kueue_pod_group`).
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ from .labels import (
     config_map_name,
     expected_pods,
     job_labels,
+    kueue_pod_group,
     lock_server_service_name,
     network_policy_name,
     partition_servers_service_name,
     pod_labels,
     pod_name,
     role_selector,
+    wants_kueue,
 )
 from .run_config import (
     CONFIG_DIR,
@@ -52,7 +61,14 @@ from .run_config import (
     config_file_text,
     run_config,
 )
-from .spec import EmbeddingJobSpec, RoleSpec
+from .spec import (
+    OPERATOR_VOLUMES,
+    STORAGE_ENDPOINT_ENV,
+    STORAGE_SECRET_ENV,
+    EmbeddingJobSpec,
+    PodTemplate,
+    RoleSpec,
+)
 from .spec_fields import GPU_RESOURCE
 
 Manifest = dict[str, Any]
@@ -70,7 +86,7 @@ CONTAINER_SECURITY_CONTEXT: Manifest = {
 # Every role serves its Prometheus metrics on this port (the chart's PodMonitor scrapes it).
 METRICS_PORT = 8081
 # The keys the storage Secret must have; they become the same-named environment variables.
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SECRET_KEYS = STORAGE_SECRET_ENV
 
 
 def children(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan) -> list[Manifest]:
@@ -129,20 +145,31 @@ def _service(job: JobRef, name: str, role: Role, *, headless: bool) -> Manifest:
 def pod(job: JobRef, spec: EmbeddingJobSpec, plan: RunPlan, role: Role, rank: int) -> Manifest:
     """One pod of the run; its name does not depend on the run, its `run` label does."""
     name = pod_name(job.name, role, rank)
-    labels = pod_labels(job.name, role, plan.number, None if role is Role.LOCK_SERVER else rank)
+    template = spec.role_template(_role_spec(spec, role))
+    labels = {**template.labels, **pod_labels(job.name, role, plan.number,
+                                              None if role is Role.LOCK_SERVER else rank)}
+    annotations = dict(template.annotations)
+    if wants_kueue({**job.labels, **labels}):
+        group_labels, group_annotations = kueue_pod_group(
+            job, plan.number, len(expected_pods(job.name, spec)))
+        labels.update(group_labels)
+        annotations.update(group_annotations)
     pod_spec: Manifest = {
         "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
+        "automountServiceAccountToken": template.mounts_token,
         "enableServiceLinks": False,
         "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
-        "containers": [_container(spec, role, rank)],
-        "volumes": _volumes(job),
+        "containers": [_container(spec, role, rank, template)],
+        "volumes": _volumes(job) + copy.deepcopy([dict(v) for v in template.volumes]),
     }
     if role is Role.PARTITION_SERVER:
         pod_spec.update({"hostname": name, "subdomain": partition_servers_service_name(job.name)})
     pod_spec.update(_scheduling(spec, _role_spec(spec, role)))
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": child_metadata(job, name, labels),
-            "spec": pod_spec}
+    pod_spec.update(_placement(template))
+    metadata = child_metadata(job, name, labels)
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
 def command(spec: EmbeddingJobSpec, role: Role, rank: int) -> list[str]:
@@ -168,19 +195,21 @@ def container_resources(spec: EmbeddingJobSpec, role: Role) -> Manifest:
     return wanted
 
 
-def _container(spec: EmbeddingJobSpec, role: Role, rank: int) -> Manifest:
+def _container(spec: EmbeddingJobSpec, role: Role, rank: int,
+               template: PodTemplate) -> Manifest:
     container: Manifest = {
         "name": role.value,
         "image": spec.image,
         "command": command(spec, role, rank),
-        "env": container_env(spec),
+        "env": container_env(spec) + copy.deepcopy([dict(v) for v in template.env]),
         "resources": container_resources(spec, role),
         "securityContext": copy.deepcopy(CONTAINER_SECURITY_CONTEXT),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-            {"name": "dshm", "mountPath": "/dev/shm"},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "dshm", "mountPath": OPERATOR_VOLUMES["dshm"]},
+            {"name": "tmp", "mountPath": OPERATOR_VOLUMES["tmp"]},
+            *copy.deepcopy([dict(m) for m in template.volume_mounts]),
         ],
     }
     if spec.image_pull_policy is not None:
@@ -200,7 +229,7 @@ def container_env(spec: EmbeddingJobSpec) -> list[Manifest]:
         env += [{"name": key, "valueFrom": {"secretKeyRef": {
                     "name": spec.storage.secret_name, "key": key}}} for key in SECRET_KEYS]
     if spec.storage.endpoint is not None:
-        env.append({"name": "AWS_ENDPOINT_URL", "value": spec.storage.endpoint})
+        env.append({"name": STORAGE_ENDPOINT_ENV, "value": spec.storage.endpoint})
     return env
 
 
@@ -225,3 +254,11 @@ def _scheduling(spec: EmbeddingJobSpec, role: RoleSpec) -> Manifest:
     if spec.image_pull_secrets:
         fields["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
     return fields
+
+
+def _placement(template: PodTemplate) -> Manifest:
+    """The pod fields of a template that name cluster objects (none when not given)."""
+    named = {"priorityClassName": template.priority_class_name,
+             "schedulerName": template.scheduler_name,
+             "serviceAccountName": template.service_account_name}
+    return {key: value for key, value in named.items() if value is not None}

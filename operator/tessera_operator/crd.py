@@ -32,6 +32,10 @@ PLURAL = "embeddingjobs"
 SINGULAR = "embeddingjob"
 SHORT_NAMES = ["ej"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
+API_VERSION = f"{GROUP}/{VERSION}"
+# The operator's finalizer on every EmbeddingJob (kopf's, under the project's name): a job
+# marked for deletion stays until the operator has stopped its work on it.
+FINALIZER = f"{GROUP}/finalizer"
 PHASES = ["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed"]
 
 Schema = dict[str, Any]
@@ -247,12 +251,123 @@ def toleration_schema() -> Schema:
     })
 
 
+# --- the pod template: what clusters require of pods --------------------------------------------
+
+# Kubernetes' rule for label values: at most 63 characters, alphanumeric at both ends.
+LABEL_VALUE_MAX = 63
+_LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+_DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _boolean(description: str) -> Schema:
+    return {"type": "boolean", "description": description}
+
+
+def _key_ref(kind: str) -> Schema:
+    return _object(f"A key of a {kind} in the job's namespace.", {
+        "name": _string(f"Name of the {kind}."),
+        "key": _string("The key.", min_length=1),
+        "optional": _boolean(f"Whether the {kind} or its key may be missing."),
+    }, required=["key"])
+
+
+def env_var_schema() -> Schema:
+    """A core/v1 EnvVar, spelled out (literal, Secret or ConfigMap key, or downward API)."""
+    return _object("An environment variable, as in a container's `env`.", {
+        "name": _string("Name of the variable; not one the operator sets (HOME, "
+                        "PYTHONUNBUFFERED, and the storage ones when spec.storage gives them).",
+                        min_length=1),
+        "value": _string("Its value. Credentials are refused here: take them from a Secret "
+                         "with valueFrom.secretKeyRef."),
+        "valueFrom": _object("Where its value comes from.", {
+            "secretKeyRef": _key_ref("Secret"),
+            "configMapKeyRef": _key_ref("ConfigMap"),
+            "fieldRef": _object("A field of the pod (the downward API).", {
+                "apiVersion": _string("Version of the schema the path is written in."),
+                "fieldPath": _string("Path of the field, e.g. metadata.name.", min_length=1),
+            }, required=["fieldPath"]),
+            "resourceFieldRef": _object("A resource limit or request of the container.", {
+                "containerName": _string("The container (the role's, if empty)."),
+                "resource": _string("The resource, e.g. limits.memory.", min_length=1),
+                "divisor": {**_quantity(), "description": "Unit of the value (default 1)."},
+            }, required=["resource"]),
+        }),
+    }, required=["name"])
+
+
+def volume_schema() -> Schema:
+    """A core/v1 Volume: its name checked, its one source (persistentVolumeClaim, configMap,
+    secret, csi, projected, ...) passed through as written; the core schema of every source
+    would make the CRD many times larger, and the API server checks the pods anyway."""
+    schema = _object("A volume of the pods, as in a pod's `volumes`: a name and one volume "
+                     "source.", {
+                         "name": {**_string("Name of the volume, which volumeMounts name (not "
+                                            "config, dshm or tmp: the operator's own).",
+                                            min_length=1),
+                                  "maxLength": 63, "pattern": _DNS_LABEL_PATTERN},
+                     }, required=["name"])
+    schema["x-kubernetes-preserve-unknown-fields"] = True
+    return schema
+
+
+def volume_mount_schema() -> Schema:
+    """A core/v1 VolumeMount, spelled out."""
+    return _object("Where a volume is mounted in the pods' container, as in a container's "
+                   "`volumeMounts`.", {
+                       "name": _string("Name of a volume of the pod template (the job's or "
+                                       "the role's).", min_length=1),
+                       "mountPath": {**_string("Absolute path in the container; not "
+                                               "/etc/tessera, /dev/shm or /tmp (the "
+                                               "operator's mounts) or inside them.",
+                                               min_length=1), "pattern": "^/"},
+                       "readOnly": _boolean("Mount read-only."),
+                       "subPath": _string("Path inside the volume to mount instead of its "
+                                          "root."),
+                       "subPathExpr": _string("subPath with $(VAR) references to the "
+                                              "container's environment."),
+                       "mountPropagation": _string("How mounts propagate between the host "
+                                                   "and the container.",
+                                                   ["None", "HostToContainer",
+                                                    "Bidirectional"]),
+                   }, required=["name", "mountPath"])
+
+
+def _listed_by(key: str, schema: Schema) -> Schema:
+    """A list whose items are unique by `key` (so that server-side apply merges by it)."""
+    return {**schema, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]}
+
+
+def pod_template_schema(pods: str, merged: str = "") -> Schema:
+    """What the pods carry besides what the operator puts in them: the metadata a cluster's
+    queues, schedulers, meshes and cost tools read, an identity, environment and volumes."""
+    label_value = {"type": "string", "maxLength": LABEL_VALUE_MAX,
+                   "pattern": _LABEL_VALUE_PATTERN}
+    fields = spec_fields.POD_TEMPLATE
+    return _object(f"Metadata, identity, environment and volumes of {pods}{merged}. Labels "
+                   "and annotations under the tessera.dev/ prefix, the operator's "
+                   "app.kubernetes.io/name, instance and managed-by labels, and Kueue's "
+                   "pod-group keys (the operator makes each run's pods one group when they "
+                   "carry kueue.x-k8s.io/queue-name) are refused.", {
+        "labels": {"type": "object", "additionalProperties": label_value,
+                   "description": "Labels of the pods (e.g. kueue.x-k8s.io/queue-name)."},
+        "annotations": _string_map("Annotations of the pods (e.g. "
+                                   "kueue.x-k8s.io/pod-group-total-count)."),
+        **{name: field.schema() for name, field in fields.items()},
+        "env": _listed_by("name", _array("Environment variables of the pods' container, "
+                                         "after the operator's.", env_var_schema())),
+        "volumes": _listed_by("name", _array("Volumes of the pods, besides the operator's.",
+                                             volume_schema())),
+        "volumeMounts": _listed_by("mountPath", _array(
+            "Mounts of these volumes in the pods' container.", volume_mount_schema())),
+    })
+
+
 # --- spec and status --------------------------------------------------------------------------
 
 def _role(role: str, replicas: Schema | None) -> Schema:
-    """A role's pods: how many, what each may use, and where they may run (added to the
-    job-wide scheduling fields: the role's node labels and affinity kinds win, tolerations add
-    up)."""
+    """A role's pods: how many, what each may use, where they may run (added to the job-wide
+    scheduling fields: the role's node labels and affinity kinds win, tolerations add up) and
+    what they carry (added to the job-wide pod template)."""
     properties = {
         "resources": resources_schema(role),
         "nodeSelector": _string_map(f"Node labels the {role} pods require, besides the job's "
@@ -261,6 +376,11 @@ def _role(role: str, replicas: Schema | None) -> Schema:
                               "tolerations.", toleration_schema()),
         "affinity": affinity_schema(f"the {role} pods (each of nodeAffinity, podAffinity and "
                                     "podAntiAffinity given here replaces the job's)"),
+        "podTemplate": pod_template_schema(
+            f"the {role} pods", ", added to spec.podTemplate: labels, annotations and "
+            "environment variables merged (the role's value wins for a key or name in both), "
+            "volumes and mounts added (the role's win for a name or path in both), each other "
+            "field given here replacing the job's"),
     }
     if replicas is not None:
         properties = {"replicas": replicas, **properties}
@@ -284,6 +404,7 @@ def spec_schema() -> Schema:
         "nodeSelector": _string_map("Node labels every pod of the job requires."),
         "tolerations": _array("Taints every pod of the job tolerates.", toleration_schema()),
         "affinity": affinity_schema(),
+        "podTemplate": pod_template_schema("every pod of the job"),
         "storage": _object("Access to the object store holding the data and checkpoints.", {
             "secretRef": _object(
                 "Secret holding the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, handed to "

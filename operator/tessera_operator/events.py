@@ -1,21 +1,27 @@
-"""The Events the operator posts about a job: the one place that decides how they read.
+"""What the operator says about what it does: the one place that decides how it reads.
 
 kopf's `kopf.event` posts every Event as `reportingComponent: kopf` with `action: "Action?"`,
 which tells `kubectl get events` readers neither who acted nor what was done. The operator
 posts its own core v1 Events instead (the API and RBAC kopf used), named for
 `tessera-operator`, with the action that `decisions` took, in the past tense.
+
+Events expire (after an hour, by default), so every action that posts one is also one line of
+the operator's log at normal verbosity (`log_action`), and kopf's own line for every handler
+call that succeeded, which would bury those lines, is moved to debug
+(`RoutineSuccessesToDebug`).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 import socket
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from .crd import KIND
+from .crd import API_VERSION, KIND
 from .decisions import Action, ActionKind
-from .spec import API_VERSION
 
 REPORTING_COMPONENT = "tessera-operator"
 EVENT_NAME_PREFIX = "tessera-"
@@ -44,7 +50,8 @@ def events_path(namespace: str) -> str:
 
 def job_event(metadata: Mapping[str, Any], action: Action, now: datetime,
               instance: str) -> dict[str, Any] | None:
-    """The Event that `action` on the job of `metadata` posts (None: it posts none)."""
+    """The Event that `action` on the job of `metadata` posts (None: it posts none); the
+    reconcile that posts it also writes `log_action`'s line."""
     event_type = action.event_type
     if event_type is None:
         return None
@@ -68,3 +75,46 @@ def job_event(metadata: Mapping[str, Any], action: Action, now: datetime,
         "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),  # a MicroTime: 6 digits
     }
+
+
+# --- the log -------------------------------------------------------------------------------------
+
+_log = logging.getLogger(__name__)
+
+# kopf's INFO lines for a handler call that went well, and for a cause all of whose handlers did.
+ROUTINE_SUCCESS = re.compile(r"^(Handler|Daemon|Timer|Activity|Indexer) '[^']*' succeeded\.$"
+                             r"| is processed: \d+ succeeded; 0 failed\.$")
+
+
+def action_line(action: Action) -> str:
+    """The log line of an action that posts an Event: what was done, why, and the details."""
+    return f"{ACTIONS[action.kind]} ({action.reason or action.kind.value}): {action.message}"
+
+
+def log_action(metadata: Mapping[str, Any], action: Action) -> None:
+    """One line, at INFO (WARNING for a Warning Event), with the job as kopf's lines carry
+    theirs: prefixed `[namespace/name]` in the text formats, an `object` in JSON."""
+    level = logging.WARNING if action.event_type == "Warning" else logging.INFO
+    reference = {"apiVersion": API_VERSION, "kind": KIND, "name": metadata.get("name"),
+                 "namespace": metadata.get("namespace"), "uid": metadata.get("uid")}
+    _log.log(level, action_line(action), extra={"k8s_ref": reference, "k8s_skip": True})
+
+
+class RoutineSuccessesToDebug(logging.Filter):
+    """Turns kopf's routine success lines into DEBUG ones, shown with --verbose or --debug
+    only: at normal verbosity they were 114 of every 121 lines, one per watch event."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and ROUTINE_SUCCESS.search(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+def quiet_routine_successes() -> None:
+    """Put the filter on every handler of the root logger (kopf's output, set up before the
+    operator starts), once."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RoutineSuccessesToDebug) for f in handler.filters):
+            handler.addFilter(RoutineSuccessesToDebug())
+

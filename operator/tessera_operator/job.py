@@ -90,7 +90,7 @@ def view_job(job: Mapping[str, Any]) -> JobView:
     """Read an EmbeddingJob object (as the API returns it)."""
     metadata = job.get("metadata") or {}
     ref = JobRef(metadata.get("name", ""), metadata.get("namespace") or "default",
-                 metadata.get("uid", ""))
+                 metadata.get("uid", ""), dict(metadata.get("labels") or {}))
     spec: EmbeddingJobSpec | None = None
     error: str | None = None
     try:

@@ -6,18 +6,33 @@ Every child carries the common labels (which is how the operator lists them) and
 reference to the job (which is how Kubernetes deletes them with it, and how `kopf.adopt`
 would have tied them). The `tessera.dev/run` label tells the pods of the current run from
 those of an earlier one.
+
+The job's own labels (`metadata.labels`: a team, a cost centre, a queue) go onto every child
+too, as they were when the child was made; where one has a key of the operator's labels, the
+operator's value wins, since the operator finds its children by them.
+
+Pods that wait in a Kueue queue (the label `kueue.x-k8s.io/queue-name`) are one Kueue pod
+group per run (`kueue_pod_group`), so Kueue admits a run's pods together or not at all.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from tessera.errors import ConfigError
 from tessera.vocabulary import Role, process_name
 
 from .crd import KIND
-from .spec import API_VERSION, EmbeddingJobSpec
+from .spec import (
+    API_VERSION,
+    KUEUE_POD_GROUP_NAME,
+    KUEUE_POD_GROUP_TOTAL_COUNT,
+    KUEUE_QUEUE_NAME,
+    KUEUE_RETRIABLE_IN_GROUP,
+    EmbeddingJobSpec,
+)
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -37,11 +52,13 @@ _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 @dataclass(frozen=True)
 class JobRef:
-    """The identity of an EmbeddingJob: what children are named after and owned by."""
+    """The identity of an EmbeddingJob: what children are named after, owned by and labelled
+    with."""
 
     name: str
     namespace: str
     uid: str
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def check_job_name(name: str) -> None:
@@ -126,5 +143,33 @@ def owner_reference(job: JobRef) -> dict[str, object]:
 
 
 def child_metadata(job: JobRef, name: str, labels: dict[str, str]) -> dict[str, object]:
-    return {"name": name, "namespace": job.namespace, "labels": labels,
+    """A child's name, namespace, owner and labels: the job's, then `labels` over them."""
+    return {"name": name, "namespace": job.namespace, "labels": {**job.labels, **labels},
             "ownerReferences": [owner_reference(job)]}
+
+
+# --- Kueue ------------------------------------------------------------------------------------
+
+def wants_kueue(labels: Mapping[str, str]) -> bool:
+    """Whether pods with these labels wait in a Kueue queue."""
+    return KUEUE_QUEUE_NAME in labels
+
+
+def kueue_pod_group(job: JobRef, run: int, pods: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations that make the `pods` pods of a run one Kueue pod group.
+
+    A group a run: Kueue removes its finalizer from a group's failed pods only when it sees
+    replacements, but the next run's pods take the names of the pods they replace, once those
+    are gone. Marked not retriable, a group counts as finished once none of its pods runs (a
+    restart, a suspension, the servers stopped after success), so Kueue lets its pods go and
+    frees its quota, and the next run queues as a group of its own. The job's uid in the name
+    keeps a re-created job of the same name clear of its predecessor's Workloads."""
+    labels = {KUEUE_POD_GROUP_NAME: pod_group_name(job, run)}
+    annotations = {KUEUE_POD_GROUP_TOTAL_COUNT: str(pods), KUEUE_RETRIABLE_IN_GROUP: "false"}
+    return labels, annotations
+
+
+def pod_group_name(job: JobRef, run: int) -> str:
+    """The name of a run's pod group (and of Kueue's Workload for it)."""
+    return f"{job.name}-{job.uid[:8]}-{run}"
+

@@ -1,8 +1,9 @@
 """The operator's Prometheus metrics: what its reconciles see and do, served at /metrics.
 
-The handlers report three things and nothing else: a reconcile's outcome (`reconciled`: the
-job's phase and the action taken), a reconcile's time and failure (`timed_reconcile`), and a
-failed read of a trainer's log (`progress_read_failed`). Jobs by phase are counted at scrape
+The handlers report four things and nothing else: a reconcile's outcome (`reconciled`: the
+job's phase and the action taken), a reconcile's time and failure (`timed_reconcile`), the
+requests it made (`API_REQUESTS`, counted by `api`), and a failed read of a trainer's log
+(`progress_read_failed`). Jobs by phase are counted at scrape
 time from the phase each job's last reconcile wrote, so a job the operator no longer serves
 (deleted, or its daemon stopped) is `forget`-ten rather than left behind in a gauge.
 """
@@ -32,6 +33,10 @@ RECONCILE_ERRORS = Counter(
 RESTARTS = Counter(
     "tessera_operator_pod_restarts", "Runs restarted (their pods replaced), by reason",
     ["namespace", "reason"])
+API_REQUESTS = Counter(
+    "tessera_operator_api_requests",
+    "Requests the reconciles made to the API server (kopf's watches aside), by verb",
+    ["verb"])
 PROGRESS_READ_FAILURES = Counter(
     "tessera_operator_progress_read_failures",
     "Failed reads of a trainer's log, by HTTP status (or 'timeout', or the error's type)",

@@ -71,6 +71,7 @@ class ObservedPod:
     message: str = ""
     unschedulable: bool = False  # the scheduler found no node for it (PodScheduled False)
     lease_wait: LeaseWait | None = None
+    uid: str = ""  # of this incarnation: a pod of a later run reuses the name
 
     @property
     def finished(self) -> bool:
@@ -123,7 +124,8 @@ def observe_pod(pod: Mapping[str, Any]) -> ObservedPod:
         reason=reason,
         message=_bounded(redact(message)),
         unschedulable=phase == PENDING and _unschedulable(status) is not None,
-        lease_wait=lease_wait)
+        lease_wait=lease_wait,
+        uid=metadata.get("uid", ""))
 
 
 def failure_line(text: str) -> str:

@@ -9,12 +9,17 @@ schema. The objects around the fields (roles, storage, scheduling) stay in those
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from tessera.config.validate import did_you_mean
 from tessera.errors import ConfigError
+
+# Kubernetes' rule for the names of most objects (RFC 1123 subdomains).
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN_MAX = 253
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class Field:
     minimum: int | None = None
     enum: tuple[str, ...] = ()
     required: bool = False
+    name: bool = False  # a string that names a Kubernetes object (a DNS subdomain)
 
     def schema(self) -> dict[str, Any]:
         """The field's OpenAPI v3 schema in the CRD."""
@@ -43,6 +49,8 @@ class Field:
             schema["minimum"] = self.minimum
         if self.type == "string" and self.required:
             schema["minLength"] = 1
+        if self.name:
+            schema.update(maxLength=DNS_SUBDOMAIN_MAX, pattern=DNS_SUBDOMAIN.pattern)
         return schema
 
     def parse(self, raw: Mapping[str, Any], key: str, path: str) -> Any:
@@ -63,7 +71,16 @@ class Field:
             raise ConfigError(where, f"expected true or false, got {value!r}")
         if self.type == "string" and (not isinstance(value, str) or not value.strip()):
             raise ConfigError(where, f"expected a non-empty string, got {value!r}")
+        if self.name and not is_dns_subdomain(value):
+            raise ConfigError(where, f"{value!r} is not a valid name (at most "
+                              f"{DNS_SUBDOMAIN_MAX} lower-case letters, digits, '-' and '.', "
+                              "starting and ending with a letter or digit)")
         return value
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """Whether `value` may name a Kubernetes object such as a Secret or a PriorityClass."""
+    return len(value) <= DNS_SUBDOMAIN_MAX and DNS_SUBDOMAIN.match(value) is not None
 
 
 def _integer(value: Any, path: str, minimum: int | None) -> int:
@@ -96,4 +113,20 @@ RUN_POLICY = {
                                      "the job is deleted.", unset="kept", minimum=0),
     "suspend": Field("boolean", "Stop the pods; setting it back to false resumes from the "
                      "last checkpoint.", default=False),
+}
+# The scalar fields of a pod template (`spec.podTemplate`, `spec.trainers.podTemplate`...); a
+# role's value replaces the job's.
+POD_TEMPLATE = {
+    "priorityClassName": Field("string", "PriorityClass of the pods (e.g. the one a Kueue "
+                               "ClusterQueue preempts by).", unset="the cluster's default",
+                               name=True),
+    "schedulerName": Field("string", "Scheduler that places the pods (e.g. a gang scheduler's).",
+                           unset="the default scheduler", name=True),
+    "serviceAccountName": Field("string", "ServiceAccount the pods run as, for a cloud identity "
+                                "bound to it (IRSA, Workload Identity).",
+                                unset="the namespace's default account", name=True),
+    "automountServiceAccountToken": Field(
+        "boolean", "Mount the ServiceAccount's API token into the pods (Tessera's pods never "
+        "use it).", unset="true when serviceAccountName is set (IRSA's and similar webhooks "
+        "rely on it), else false"),
 }

@@ -1,6 +1,8 @@
 """The Helm chart's objects for the operator's identity on a real API server: its
 ServiceAccount and RBAC (rendered by Helm's SDK), without the CRDs and the Deployment, which
-the tests replace with the CRD from `crds/` and the operator's own process."""
+the tests replace with the CRD from `crds/` and the operator's own process, and without what
+belongs to the Deployment's replicas or to `helm test` (the PodDisruptionBudget, policy/v1,
+which the v1.20 test server lacks; the test hook's Pod, which the test kubelet would run)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def _rendered(namespace: str, release: str, cluster_wide: bool) -> tuple[dict[st
                                 is_install=True)
     return tuple(document for name, text in sorted(rendered.items()) if name.endswith(".yaml")
                  for document in yaml.safe_load_all(text)
-                 if document and document["kind"] != "Deployment")
+                 if document and document["kind"] not in ("Deployment", "PodDisruptionBudget")
+                 and "helm.sh/hook" not in (document["metadata"].get("annotations") or {}))
 
 
 def chart_objects(namespace: str, release: str, cluster_wide: bool) -> list[dict[str, Any]]:

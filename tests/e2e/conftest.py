@@ -53,7 +53,7 @@ CLUSTER_APIS = os.environ.get("TESSERA_E2E_API", "real").split(",")  # real, emu
                         if api == "real" else api for api in CLUSTER_APIS])
 def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
     if request.param == "real":
-        with _real_cluster(tmp_path) as real:
+        with real_cluster_in(tmp_path) as real:
             yield real
         return
     api, kube = start_api()
@@ -73,7 +73,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
 
 
 @contextlib.contextmanager
-def _real_cluster(tmp_path: Path) -> Iterator[Cluster]:
+def real_cluster_in(tmp_path: Path) -> Iterator[Cluster]:
     """A real control plane with one node, and the operator as the chart's service account."""
     folder = tmp_path / "control-plane"
     folder.mkdir()

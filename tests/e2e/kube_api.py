@@ -9,13 +9,14 @@ group discovered as `v1`, `/api/v1/namespaces` (a namespace must exist before ob
 created in it), CustomResourceDefinitions that register their resources (with the schema
 checked and unknown fields pruned, or rejected under `fieldValidation=Strict`), finalizers,
 graceful deletion of pods bound to a node (their kubelet finishes it), garbage collection by
-ownerReferences, `pods/binding`, and `pods/log` from a source a kubelet registers.
+ownerReferences, `pods/binding`, and `pods/log` from a source a kubelet registers (with
+`tailLines`; with `follow=true`, streamed as it grows until the pod finished or is gone).
 
 `ApiServer` runs one on 127.0.0.1 in a thread of its own; tests talk to it over HTTP (as
 kubectl would, see `kube_client`) and read an object's whole history through `history`. A
 test may break the route to the kubelet's logs (`fail_logs`: pods/log answers as an API
-server does when the kubelet is unreachable or the caller may not read logs) and count the
-reads the server answered (`reads`).
+server does when the kubelet is unreachable or the caller may not read logs, and follow streams
+end when the kubelet becomes unreachable) and count the reads the server answered (`reads`).
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ CRDS = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 DEFAULT_POD_GRACE_SECONDS = 30
 KUBELET_PORT = 10250
 START_TIMEOUT_SECONDS = 30.0
+FOLLOW_POLL_SECONDS = 0.1
+FINISHED = ("Succeeded", "Failed")
 
 
 def _parse_path(path: str) -> kmock_parsing.ParsedPath:
@@ -96,6 +99,13 @@ def _log_fault(status: int, pod: dict[str, Any]) -> kmock.KubernetesError:
     return _error(status, reason, f'Get "https://{node}:{KUBELET_PORT}/containerLogs/'
                   f'{metadata["namespace"]}/{metadata["name"]}": dial tcp {node}:'
                   f'{KUBELET_PORT}: connect: connection refused')
+
+
+def _tail(text: str, lines: int | None) -> str:
+    """The last `lines` lines of a log (all of it for None), as `tailLines` asks."""
+    if lines is None:
+        return text
+    return "".join(text.splitlines(keepends=True)[-lines:] if lines else [])
 
 
 @dataclass(frozen=True)
@@ -189,10 +199,39 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if source is None:
             raise _error(400, "BadRequest", f"container of pod {request.name!r} has not "
                          "started")
-        lines = source().splitlines(keepends=True)
         tail = request.params.get("tailLines")
-        text = "".join(lines[-int(tail):] if tail else lines)
-        return kmock.Response(headers={"Content-Type": "text/plain"}, payload=text.encode())
+        lines = None if tail is None else int(tail)
+        if request.params.get("follow") in ("true", "1"):
+            payload: Any = self._follow_log(self._key(request), pod["metadata"]["uid"], source,
+                                            lines)
+        else:
+            payload = _tail(source(), lines).encode()
+        return kmock.Response(headers={"Content-Type": "text/plain"}, payload=payload)
+
+    async def _follow_log(self, key: Key, uid: str, source: Callable[[], str],
+                          lines: int | None) -> AsyncIterator[bytes]:
+        """The log as it grows (`kubectl logs -f`): the tail, then what the container writes,
+        read every `FOLLOW_POLL_SECONDS`, until the pod finished, is gone or was replaced, and
+        all of its log was sent. A newer container's log, the server stopping, or the kubelet
+        becoming unreachable (`log_fault` 500: a real one's streams end when it goes away)
+        end it sooner."""
+        read, first = 0, True
+        while True:
+            pod = self._current(key)
+            over = pod is None or pod["metadata"]["uid"] != uid or \
+                pod.get("status", {}).get("phase") in FINISHED  # before reading: all is written
+            cut = self._closing or self.log_fault == 500 or \
+                self.log_sources.get((key[1] or "", key[2])) is not source
+            text = source()[read:]
+            read += len(text)
+            if first:
+                text = _tail(text, lines)
+            if text or first:
+                yield text.encode()  # the first chunk sends the headers, even when empty
+            first = False
+            if over or cut:
+                return
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
     async def _serve_list(self, request: kmock.Request) -> Any:
         info = self._info(request)
@@ -521,7 +560,8 @@ class ApiServer:
         return self.call(read())
 
     def fail_logs(self, status: int | None) -> None:
-        """Answer pods/log with this error status from now on (None: serve logs again)."""
+        """Answer pods/log with this error status from now on (None: serve logs again); 500
+        (the kubelet unreachable) also ends the log streams in progress."""
         async def set_fault() -> None:
             self.emulator.log_fault = status
 

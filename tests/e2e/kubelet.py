@@ -11,8 +11,9 @@ Failed with the exit code and, for `FallbackToLogsOnError`, the log tail as term
 message. A pod marked for deletion gets SIGTERM, SIGKILL after its grace period (at most
 `MAX_GRACE_SECONDS` here), and is then deleted for good. The container's output is the pod's
 log: `publish_log` hands its file to whoever serves it (the emulator's pods/log, or the kubelet
-endpoint of `node_kubelet`). Lost connections to the API server (a restarted kube-apiserver)
-are retried: the watch lists again, and a status write is repeated until the server answers.
+endpoint of `node_kubelet`, which follows it while the container writing it runs). Lost
+connections to the API server (a restarted kube-apiserver) are retried: the watch lists again,
+and a status write is repeated until the server answers.
 
 Tests may crash a container (`kill`), read every log a pod name had (`logs`), and leave pods
 stuck terminating (`hold_deletions`: what a node whose kubelet is hung or cut off does, until
@@ -146,6 +147,12 @@ class Kubelet:
     def logs(self, pod: str) -> list[str]:
         """The log of every container a pod of this name ran, oldest first."""
         return [path.read_text(errors="replace") for path in list(self._logs.get(pod, []))]
+
+    def _writing(self, log: Path) -> bool:
+        """Whether a container that writes this log file still runs (on the kubelet's loop):
+        a follower of the log (`node_kubelet`) reads on while one does."""
+        return any(container.log == log and container.process.returncode is None
+                   for container in self._containers.values())
 
     # --- watching -----------------------------------------------------------------------------
 

@@ -9,16 +9,21 @@ schedules pods against. Its status gives 127.0.0.1 as its InternalIP and the end
 `--kubelet-certificate-authority`). The endpoint answers
 `GET /containerLogs/{namespace}/{pod}/{container}` with the log of the pod's latest container
 (`tailLines` and `limitBytes` as a kubelet reads them) and refuses clients without a
-certificate of the cluster's CA.
+certificate of the cluster's CA. With `follow=true` (what kube-apiserver passes on for
+`kubectl logs -f`) it streams: the tail, then what the container writes, read from its log file
+every `FOLLOW_POLL_SECONDS`, until the container exited and all of its log was sent (or a newer
+container of the pod started, the endpoint was stopped, or the client hung up).
 
 Log faults, for tests: `answer_logs_with(status)` makes the endpoint answer with an error
 status (kube-apiserver passes 403 and 503 on), `stop_log_endpoint()` closes it (kube-apiserver
-cannot connect and answers 500), `start_log_endpoint()` opens it again on the same port.
+cannot connect and answers 500; the streams it was serving end), `start_log_endpoint()` opens
+it again on the same port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,6 +37,7 @@ from support.ports import free_port
 
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
 NODE_ADDRESS = "127.0.0.1"
+FOLLOW_POLL_SECONDS = 0.1
 
 
 class NodeKubelet(Kubelet):
@@ -60,12 +66,7 @@ class NodeKubelet(Kubelet):
         self._on_loop(set_fault())
 
     def stop_log_endpoint(self) -> None:
-        async def close() -> None:
-            if self._site is not None:
-                await self._site.stop()
-                self._site = None
-
-        self._on_loop(close())
+        self._on_loop(self._close_endpoint())
 
     def start_log_endpoint(self) -> None:
         self._on_loop(self._open_endpoint())
@@ -97,32 +98,75 @@ class NodeKubelet(Kubelet):
         await self._call("PATCH", f"/api/v1/nodes/{self.node_name}/status",
                          json={"status": status}, headers=MERGE_PATCH)
 
+    async def _close_endpoint(self) -> None:
+        """New connections are refused; the streams in progress see their site gone and end,
+        as they would with a kubelet that went away."""
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+
     async def _open_endpoint(self) -> None:
         if self._site is None and self._runner is not None:
             self._site = web.TCPSite(self._runner, NODE_ADDRESS, self.port,
                                      ssl_context=self._server_ssl)
             await self._site.start()
 
-    async def _serve_log(self, request: web.Request) -> web.Response:
+    async def _serve_log(self, request: web.Request) -> web.StreamResponse:
         self.log_requests += 1
         if self._log_fault is not None:
             return web.Response(status=self._log_fault, text="log fault injected by the test")
         if request.match_info["namespace"] != self.namespace:
             raise web.HTTPNotFound(text="no such pod on this node")
-        logs = self.logs(request.match_info["pod"])
-        if not logs:
+        pod = request.match_info["pod"]
+        if not self._logs.get(pod):
             raise web.HTTPNotFound(text="container has not started")
-        text = logs[-1]
+        log = self._logs[pod][-1]
         tail = request.query.get("tailLines")
-        if tail is not None:
-            text = "".join(text.splitlines(keepends=True)[-int(tail):] if int(tail) else [])
-        data = text.encode()
+        lines = None if tail is None else int(tail)
         limit = request.query.get("limitBytes")
-        if limit is not None:
-            data = data[:int(limit)]
-        return web.Response(body=data, content_type="text/plain")
+        left = None if limit is None else int(limit)
+        if request.query.get("follow") in ("true", "1"):
+            return await self._follow(request, pod, log, lines, left)
+        return web.Response(body=_tail(log.read_bytes(), lines)[:left], content_type="text/plain")
+
+    async def _follow(self, request: web.Request, pod: str, log: Path, lines: int | None,
+                      left: int | None) -> web.StreamResponse:
+        """Stream the container's log as it grows, as a kubelet does for `follow=true`;
+        `limitBytes` bounds the whole stream."""
+        site = self._site
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        read, first = 0, True
+        with contextlib.suppress(ConnectionError):  # the client hung up while we wrote
+            while True:
+                running = self._writing(log)  # before reading: once exited, all is written
+                with open(log, "rb") as file:
+                    file.seek(read)
+                    data = file.read()
+                read += len(data)
+                if first:
+                    data, first = _tail(data, lines), False
+                data = data[:left]
+                if left is not None:
+                    left -= len(data)
+                if data:
+                    await response.write(data)
+                if not running or left == 0 or site is None or self._site is not site or \
+                        self._logs[pod][-1] != log or request.transport is None:
+                    break
+                await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            await response.write_eof()
+        return response
 
     async def _shutdown(self) -> None:
+        await self._close_endpoint()  # the log streams end, so that cleanup need not wait
         await super()._shutdown()
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def _tail(data: bytes, lines: int | None) -> bytes:
+    """The last `lines` lines of a log (all of it for None), as `tailLines` asks."""
+    if lines is None:
+        return data
+    return b"".join(data.splitlines(keepends=True)[-lines:] if lines else [])

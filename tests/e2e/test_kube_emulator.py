@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,6 +169,38 @@ def test_pod_logs_come_from_the_registered_source(
     api.emulator.log_sources[(NAMESPACE, "logging")] = lambda: "one\ntwo\nthree\n"
     assert kube.request("GET", path, params={"tailLines": "2"}) == "two\nthree\n"
     assert kube.get("v1", "Pod", "logging")["kind"] == "Pod"  # JSON again after text
+
+
+def test_a_followed_pod_log_streams_new_lines_until_the_pod_finished(
+        served: tuple[ApiServer, KubeClient], kube: KubeClient, tmp_path: Path) -> None:
+    api, _ = served
+    kube.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "followed"},
+                "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+    log = tmp_path / "container.log"
+    log.write_text("one\ntwo\n")
+    api.publish_log(NAMESPACE, "followed", log)
+    url = f"{api.url}{kube.path('v1', 'Pod', 'followed')}/log?follow=true&tailLines=1"
+    # The tail comes first, so lines written after it arrived were written after the follow
+    # began, whatever the thread timing.
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.readline() == b"two\n"
+        with log.open("a") as output:
+            output.write("three\n")
+        assert response.readline() == b"three\n"
+        with log.open("a") as output:
+            output.write("four\n")
+        kube.patch("v1", "Pod", "followed", {"status": {"phase": "Succeeded"}},
+                   subresource="status")
+        assert response.read() == b"four\n"  # what is left, then the stream ends
+
+    api.fail_logs(503)  # a fault answers a follow request at once
+    try:
+        with pytest.raises(ApiError) as refused:
+            kube.request("GET", kube.path("v1", "Pod", "followed") + "/log",
+                         params={"follow": "true"})
+        assert refused.value.status == 503
+    finally:
+        api.fail_logs(None)
 
 
 def test_a_watch_sees_changes_made_after_it_started(

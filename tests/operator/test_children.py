@@ -33,6 +33,7 @@ from tessera_operator.run_config import (
     retraining_plan,
     run_config,
 )
+from tessera_operator.spec import OPERATOR_ENV, OPERATOR_VOLUMES
 
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES_DIR = Path(__file__).parents[2] / "crds" / "examples"
@@ -119,7 +120,8 @@ def test_every_pod_is_locked_down(example: str) -> None:
         spec = pod["spec"]
         (container,) = spec["containers"]
         assert spec["restartPolicy"] == "Never"
-        assert spec["automountServiceAccountToken"] is False
+        # The API token only for an account the job names (what cloud identities bind to).
+        assert spec["automountServiceAccountToken"] is ("serviceAccountName" in spec)
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["runAsUser"] > 0
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -344,3 +346,132 @@ def test_a_toleration_given_twice_is_written_once() -> None:
     toleration = EXAMPLES["partitioned"]["spec"]["tolerations"][0]
     pods = partitioned_with(trainers__tolerations=[toleration])
     assert pods["freebase-trainer-0"]["spec"]["tolerations"] == [toleration]
+
+
+# --- what pods carry for the cluster ------------------------------------------------------------
+
+def test_the_jobs_labels_reach_every_child_and_the_operators_win() -> None:
+    job = json.loads(json.dumps(EXAMPLES["partitioned"]))
+    job["metadata"]["labels"] = {"team": "kg", "app.kubernetes.io/instance": "argocd-app",
+                                 "tessera.dev/job": "someone-else"}
+    objects = first_run_children(job)
+    assert {o["kind"] for o in objects} == {"ConfigMap", "NetworkPolicy", "Service", "Pod"}
+    for child in objects:
+        labels = child["metadata"]["labels"]
+        assert labels["team"] == "kg"
+        assert labels["app.kubernetes.io/instance"] == labels["tessera.dev/job"] == "freebase"
+
+
+def test_operator_labels_cannot_come_from_a_template() -> None:
+    # Whatever label the operator puts on a pod, a pod template may not set.
+    own = EXAMPLES["partitioned"]["metadata"]["labels"]  # the job's own: team
+    for pod in pods_of(first_run_children(EXAMPLES["partitioned"])):
+        for key in set(pod["metadata"]["labels"]) - set(own):
+            job = json.loads(json.dumps(EXAMPLES["partitioned"]))
+            job["spec"]["podTemplate"] = {"labels": {key: "x"}}
+            view = view_job(job)
+            assert view.spec is None and key in str(view.spec_error), key
+
+
+def test_templates_add_to_what_the_operator_puts_in_pods_never_replace_it() -> None:
+    plain = pods_of(first_run_children(EXAMPLES["partitioned"]))
+    operator_volumes = {v["name"]: m["mountPath"] for v, m in zip(
+        plain[0]["spec"]["volumes"], plain[0]["spec"]["containers"][0]["volumeMounts"])}
+    assert operator_volumes == dict(OPERATOR_VOLUMES)
+    assert {e["name"] for e in plain[0]["spec"]["containers"][0]["env"]} == set(OPERATOR_ENV)
+    pods = partitioned_with(podTemplate={
+        "env": [{"name": "X", "value": "1"}], "volumes": [{"name": "d", "emptyDir": {}}],
+        "volumeMounts": [{"name": "d", "mountPath": "/data"}]})
+    for before, after in zip(plain, pods.values()):
+        container = after["spec"]["containers"][0]
+        assert container["env"] == before["spec"]["containers"][0]["env"] + [
+            {"name": "X", "value": "1"}]
+        assert after["spec"]["volumes"][:-1] == before["spec"]["volumes"]
+        assert container["volumeMounts"][-1] == {"name": "d", "mountPath": "/data"}
+
+
+# (job-wide template, trainers' template) -> what the trainer pods and the lock server get.
+TEMPLATES = [
+    ({}, {}, {"automountServiceAccountToken": False}, {"automountServiceAccountToken": False}),
+    ({"serviceAccountName": "irsa"}, {},
+     {"serviceAccountName": "irsa", "automountServiceAccountToken": True},
+     {"serviceAccountName": "irsa", "automountServiceAccountToken": True}),
+    ({"serviceAccountName": "irsa", "automountServiceAccountToken": False},
+     {"serviceAccountName": "gpu-irsa"},
+     {"serviceAccountName": "gpu-irsa", "automountServiceAccountToken": False},
+     {"serviceAccountName": "irsa", "automountServiceAccountToken": False}),
+    ({"priorityClassName": "low", "schedulerName": "volcano"}, {"priorityClassName": "high"},
+     {"priorityClassName": "high", "schedulerName": "volcano",
+      "automountServiceAccountToken": False},
+     {"priorityClassName": "low", "schedulerName": "volcano",
+      "automountServiceAccountToken": False}),
+    ({}, {"automountServiceAccountToken": True}, {"automountServiceAccountToken": True},
+     {"automountServiceAccountToken": False}),
+]
+
+
+@pytest.mark.parametrize(("job_template", "trainers_template", "trainer", "lock_server"),
+                         TEMPLATES)
+def test_pod_fields_from_the_templates(job_template: dict[str, Any],
+                                       trainers_template: dict[str, Any],
+                                       trainer: dict[str, Any],
+                                       lock_server: dict[str, Any]) -> None:
+    pods = partitioned_with(podTemplate=job_template, trainers__podTemplate=trainers_template)
+    fields = ("priorityClassName", "schedulerName", "serviceAccountName",
+              "automountServiceAccountToken")
+    for name, expected in (("freebase-trainer-1", trainer),
+                           ("freebase-lock-server", lock_server)):
+        spec = pods[name]["spec"]
+        assert {key: spec[key] for key in fields if key in spec} == expected, name
+        kubernetes_validate.validate(pods[name], KUBERNETES_VERSION, strict=True)
+
+
+def test_labels_and_annotations_of_the_templates() -> None:
+    pods = partitioned_with(
+        podTemplate={"labels": {"team": "kg", "tier": "batch"},
+                     "annotations": {"sidecar.istio.io/inject": "false"}},
+        trainers__podTemplate={"labels": {"tier": "gpu"}, "annotations": {"cost": "ml"}})
+    trainer, server = pods["freebase-trainer-0"]["metadata"], pods[
+        "freebase-partition-server-0"]["metadata"]
+    assert trainer["annotations"] == {"sidecar.istio.io/inject": "false", "cost": "ml"}
+    assert server["annotations"] == {"sidecar.istio.io/inject": "false"}
+    assert (trainer["labels"]["tier"], server["labels"]["tier"]) == ("gpu", "batch")
+    assert trainer["labels"]["tessera.dev/role"] == "trainer"
+    assert "annotations" not in pods_of(first_run_children(EXAMPLES["minimal"]))[0]["metadata"]
+
+
+def test_kueue_gets_one_pod_group_a_run() -> None:
+    job = json.loads(json.dumps(EXAMPLES["kueue"]))
+    view = view_job(job)
+    assert view.spec is not None
+    first = pods_of(children(view.ref, view.spec, first_plan(view.spec)))
+    second = pods_of(children(view.ref, view.spec, restarted_plan(first_plan(view.spec))))
+    for run, pods in ((1, first), (2, second)):
+        assert len(pods) == 4  # a lock server, a partition server, two trainers
+        for pod in pods:
+            labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+            assert labels["kueue.x-k8s.io/queue-name"] == "team-a"
+            assert labels["kueue.x-k8s.io/pod-group-name"] == f"wikidata-{UID[:8]}-{run}"
+            assert annotations["kueue.x-k8s.io/pod-group-total-count"] == "4"
+            assert annotations["kueue.x-k8s.io/retriable-in-group"] == "false"
+    # Without a queue, no group; a queue on the job's own labels reaches the pods, and so does
+    # the group.
+    del job["spec"]["podTemplate"]["labels"]
+    assert not any("kueue" in json.dumps(pod["metadata"])
+                   for pod in pods_of(first_run_children(job)))
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team-b"
+    for pod in pods_of(first_run_children(job)):
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"].startswith("wikidata-")
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "4"
+
+
+def test_the_gang_scheduling_example_has_a_pod_group_for_every_pod_of_a_run() -> None:
+    documents = list(yaml.safe_load_all((EXAMPLES_DIR / "gang-scheduling.yaml").read_text()))
+    (group,) = [d for d in documents if d["kind"] == "PodGroup"]
+    pods = pods_of(first_run_children(EXAMPLES["gang-scheduling"]))
+    assert group["spec"]["minMember"] == len(pods) == 4
+    assert group["metadata"]["name"] == EXAMPLES["gang-scheduling"]["metadata"]["name"]
+    for pod in pods:
+        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == \
+            group["metadata"]["name"]
+        assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"

@@ -34,7 +34,8 @@ FORBIDDEN_KEYWORDS = {"$schema", "$ref", "id", "definitions", "dependencies", "a
                       "patternProperties"}
 # What an OpenAPI v3 schema node of a CRD may carry (JSONSchemaProps, the parts we use).
 KNOWN_KEYWORDS = {"type", "description", "properties", "required", "items", "enum", "minimum",
-                  "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "pattern",
+                  "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+                  "pattern",
                   "format", "nullable", "additionalProperties", "anyOf",
                   "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string",
                   "x-kubernetes-list-type", "x-kubernetes-list-map-keys"}
@@ -203,7 +204,7 @@ CONFIG_CHANGES = [
     ({"learning_rate": 0.1}, False),
     ({"entities": {"user": {"num_partitions": 0}}}, False),
     ({"entities": {"user": {"partitions": 2}}}, False),
-    ({"relations": [{"name": "follow", "lhs": "user", "rhs": "user", "operator": "rotate"}]},
+    ({"relations": [{"name": "follow", "lhs": "user", "rhs": "user", "operator": "quaternion"}]},
      False),
     ({"relations": [{"name": "follow", "lhs": "user"}]}, False),
     ({"relations": [{"name": "follow", "lhs": "user", "rhs": "user", "kind": "x"}]}, False),
@@ -234,17 +235,27 @@ def test_missing_required_config_key_is_rejected():
 
 def test_examples_are_accepted_by_the_crd_and_by_the_trainer():
     jobs = example_jobs()
-    assert len(jobs) == 4
+    assert len(jobs) == 6
     for job in jobs:
         assert errors(job) == [], job["metadata"]["name"]
         parse_config(job["spec"]["config"])
 
 
+# Objects of other projects' CRDs in the examples (a gang scheduler's PodGroup), which
+# Kubernetes' own schemas do not know; test_children checks them against their jobs.
+OTHER_PROJECTS_API_VERSIONS = ("scheduling.x-k8s.io/v1alpha1",)
+
+
+def is_kubernetes_object(document: dict[str, Any]) -> bool:
+    return document["kind"] != crd.KIND and \
+        document["apiVersion"] not in OTHER_PROJECTS_API_VERSIONS
+
+
 @pytest.mark.parametrize("name", [name for name, document in example_documents()
-                                  if document["kind"] != crd.KIND])
+                                  if is_kubernetes_object(document)])
 def test_other_example_objects_are_valid_kubernetes_objects(name):
     for file_name, document in example_documents():
-        if file_name == name and document["kind"] != crd.KIND:
+        if file_name == name and is_kubernetes_object(document):
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
 
 
@@ -365,3 +376,56 @@ def test_generator_needs_no_torch():
     probe = ("import sys, tessera_operator.crd as crd; crd.crd_yaml(); "
              "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", probe], timeout=60).returncode == 0
+
+
+# --- pod templates --------------------------------------------------------------------------------
+
+SECRET_ENV = {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s"}}}
+POD_TEMPLATES_MALFORMED = [
+    ("spec.podTemplate.labels", {"team": "a b"}, "does not match"),
+    ("spec.podTemplate.labels", {"team": "x" * 64}, "is too long"),
+    ("spec.podTemplate.labels", {"team": 3}, "3 is not of type 'string'"),
+    ("spec.podTemplate.annotations", {"note": True}, "True is not of type 'string'"),
+    ("spec.podTemplate.priorityClassName", "High", "does not match"),
+    ("spec.trainers.podTemplate.serviceAccountName", "a" * 254, "is too long"),
+    ("spec.podTemplate.automountServiceAccountToken", "yes", "is not of type 'boolean'"),
+    ("spec.podTemplate.nodeSelector", {}, "('nodeSelector' was unexpected)"),
+    ("spec.trainers.podTemplate.env", [{"value": "1"}], "'name' is a required property"),
+    ("spec.podTemplate.env", [SECRET_ENV], "'key' is a required property"),
+    ("spec.podTemplate.env", [{"name": "A", "valueFrom": {"vault": {}}}], "was unexpected"),
+    ("spec.lockServer.podTemplate.volumes", [{"emptyDir": {}}], "'name' is a required property"),
+    ("spec.podTemplate.volumes", [{"name": "Data", "emptyDir": {}}], "does not match"),
+    ("spec.podTemplate.volumeMounts", [{"name": "d"}], "'mountPath' is a required property"),
+    ("spec.podTemplate.volumeMounts", [{"name": "d", "mountPath": "data"}], "does not match"),
+    ("spec.podTemplate.volumeMounts", [{"name": "d", "mountPath": "/d",
+                                        "mountPropagation": "Sometimes"}], "is not one of"),
+]
+
+
+@pytest.mark.parametrize(("dotted", "value", "message"), POD_TEMPLATES_MALFORMED,
+                         ids=[f"{dotted}={value!r}" for dotted, value, _ in
+                              POD_TEMPLATES_MALFORMED])
+def test_malformed_pod_templates_are_rejected(dotted, value, message):
+    job = partitioned_job()
+    *parents, last = dotted.split(".")
+    node = job
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    found = errors(job)
+    assert len(found) == 1 and message in found[0], found
+
+
+def test_a_volume_source_passes_through_as_written():
+    job = partitioned_job()
+    volume = {"name": "data", "persistentVolumeClaim": {"claimName": "d", "readOnly": True}}
+    job["spec"]["podTemplate"] = {"volumes": [volume], "volumeMounts": [
+        {"name": "data", "mountPath": "/data", "subPath": "a", "readOnly": True}],
+        "env": [{"name": "X", "value": "1"}, {"name": "P", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.name"}}}]}
+    assert errors(job) == []
+    schema = job_schema()["properties"]["spec"]["properties"]["podTemplate"]["properties"]
+    assert schema["volumes"]["items"]["x-kubernetes-preserve-unknown-fields"] is True
+    # Unique by name (by path for mounts), so that server-side apply merges them so.
+    assert [schema[key]["x-kubernetes-list-map-keys"] for key in (
+        "env", "volumes", "volumeMounts")] == [["name"], ["name"], ["mountPath"]]

@@ -9,17 +9,19 @@ a log for it, and watches the job's status, children and Events follow.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import JOB_API, JOB_KIND, NAMESPACE, REPO, start_api, write_kubeconfig
+from e2e.cluster import JOB_API, JOB_KIND, JOBS, NAMESPACE, REPO, start_api, write_kubeconfig
 from e2e.kube_api import ApiServer
 from e2e.kube_client import KubeClient, eventually
 from kopf.testing import KopfRunner
 
+from tessera_operator import handlers
 from tessera_operator.labels import job_labels
 
 WAIT_SECONDS = 30.0
@@ -66,7 +68,7 @@ def test_operator_runs_a_job_through_its_phases(api: tuple[ApiServer, KubeClient
             assert child["metadata"]["labels"].items() >= job_labels("livejournal").items()
         eventually(lambda: phase(kube) == "Pending", "phase Pending", WAIT_SECONDS)
 
-        server.emulator.log_sources[(NAMESPACE, TRAINER)] = lambda: json.dumps(PROGRESS)
+        server.emulator.log_sources[(NAMESPACE, TRAINER)] = lambda: json.dumps(PROGRESS) + "\n"
         set_trainer(kube, {"phase": "Running", "containerStatuses": [
             {"name": "trainer", "state": {"running": {}}}]})
         eventually(lambda: phase(kube) == "Running", "phase Running", WAIT_SECONDS)
@@ -89,3 +91,32 @@ def test_operator_runs_a_job_through_its_phases(api: tuple[ApiServer, KubeClient
         assert {event["involvedObject"]["uid"] for event in posted} == {uid}
     assert operator.exception is None
     assert operator.exit_code == 0
+
+
+def test_suspended_and_failed_jobs_cost_nothing_between_events(
+        api: tuple[ApiServer, KubeClient]) -> None:
+    """No reads while nothing happens to an idle job (each was read every 10 s); an edit
+    still wakes it at once."""
+    server, kube = api
+    suspended = yaml.safe_load((REPO / "crds" / "examples" / "minimal.yaml").read_text())
+    suspended["spec"]["runPolicy"] = {"suspend": True}
+    failed = json.loads(json.dumps(suspended))
+    failed["metadata"]["name"] = "broken"
+    failed["spec"]["runPolicy"] = {}
+    failed["spec"]["config"]["relations"][0]["lhs"] = "nobody"  # refused by the operator
+    operator = KopfRunner(["run", "-m", "tessera_operator.handlers", "--standalone",
+                           "--namespace", NAMESPACE], timeout=WAIT_SECONDS)
+    with operator:
+        kube.apply(suspended)
+        kube.apply(failed)
+        eventually(lambda: phase(kube) == "Suspended", "phase Suspended", WAIT_SECONDS)
+        eventually(lambda: ((kube.get(JOB_API, JOB_KIND, "broken") or {}).get("status") or {})
+                   .get("phase") == "Failed", "the broken job to fail", WAIT_SECONDS)
+        time.sleep(1.0)  # the reconciles that the status writes woke
+        reads = [server.reads(JOBS, name) for name in ("livejournal", "broken")]
+        time.sleep(2.5 * handlers.RESYNC_SECONDS)
+        assert [server.reads(JOBS, name) for name in ("livejournal", "broken")] == reads
+
+        kube.patch(JOB_API, JOB_KIND, "livejournal", {"spec": {"runPolicy": {"suspend": False}}})
+        eventually(lambda: kube.get("v1", "Pod", TRAINER), "the pods of the resumed job", 5.0)
+    assert operator.exception is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +115,8 @@ def test_namespaced_install_has_a_role_per_namespace_and_nothing_cluster_wide_fo
 def test_rbac_create_false_renders_no_rbac():
     objects = render({"rbac": {"create": False}})
     kinds = {obj["kind"] for obj in objects}
-    assert kinds == {"Deployment", "ServiceAccount", "ClusterKopfPeering", "Service"}
+    assert kinds == {"Deployment", "ServiceAccount", "ClusterKopfPeering", "Service",
+                     "PodDisruptionBudget", "Pod"}  # the Pod: `helm test`'s
 
 
 def operator_rules(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -253,6 +255,9 @@ def test_image_tag_defaults_to_app_version():
     ({"image": {"pullPolicy": "Sometimes"}}, "value must be one of"),
     ({"rbac": {"namespaces": ["Team_A"]}}, "does not match pattern"),
     ({"rbac": {"create": "yes"}}, "got string, want boolean"),
+    ({"podDisruptionBudget": {"maxUnavailable": 0}}, "minimum"),
+    ({"topologySpread": {"whenUnsatisfiable": "Never"}}, "value must be one of"),
+    ({"tests": {"command": "true"}}, "additional properties 'command' not allowed"),
 ])
 def test_values_schema_rejects_malformed_values(values, message):
     with helm.Chart.load(CHART) as chart, pytest.raises(helm.HelmValuesError, match=re.escape(
@@ -303,3 +308,123 @@ def test_chart_crds_equal_the_repositorys():
     with helm.Chart.load(CHART) as chart:
         assert sorted(crd["filename"] for crd in chart.crds) == [
             "tessera/crds/embeddingjob.yaml", "tessera/crds/kopf-peering.yaml"]
+
+
+# --- high availability, `helm test`, the README and the chart's metadata -----------------------
+
+def spread_and_budget(values: dict[str, Any] | None) -> tuple[list[dict[str, Any]],
+                                                                list[dict[str, Any]]]:
+    objects = render(values)
+    (deployment,) = of_kind(objects, "Deployment")
+    constraints = deployment["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+    return constraints, of_kind(objects, "PodDisruptionBudget")
+
+
+def test_two_replicas_are_spread_and_drained_one_at_a_time():
+    constraints, (budget,) = spread_and_budget(None)
+    (deployment,) = of_kind(render(), "Deployment")
+    selector = deployment["spec"]["selector"]
+    assert [c["topologyKey"] for c in constraints] == ["kubernetes.io/hostname",
+                                                       "topology.kubernetes.io/zone"]
+    for constraint in constraints:
+        assert (constraint["maxSkew"], constraint["whenUnsatisfiable"]) == (1, "ScheduleAnyway")
+        assert constraint["labelSelector"] == selector
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": selector}
+    assert budget["apiVersion"] == "policy/v1"
+
+
+@pytest.mark.parametrize(("values", "keys", "budget"), [
+    ({"replicas": 1}, [], False),
+    ({"replicas": 3, "podDisruptionBudget": {"enabled": False}}, [
+        "kubernetes.io/hostname", "topology.kubernetes.io/zone"], False),
+    ({"topologySpread": {"topologyKeys": []}}, [], True),
+    ({"topologySpread": {"topologyKeys": ["kubernetes.io/hostname"],
+                         "whenUnsatisfiable": "DoNotSchedule"}},
+     ["kubernetes.io/hostname"], True),
+], ids=["one-replica", "no-budget", "no-spread", "a-rule"])
+def test_spread_and_budget_follow_the_values(values, keys, budget):
+    constraints, budgets = spread_and_budget(values)
+    assert [c["topologyKey"] for c in constraints] == keys
+    assert len(budgets) == int(budget)
+    wanted = (values.get("topologySpread") or {}).get("whenUnsatisfiable", "ScheduleAnyway")
+    assert all(c["whenUnsatisfiable"] == wanted for c in constraints)
+    for obj in render(values):
+        if obj["apiVersion"] not in (PEERING_API, PROMETHEUS_OPERATOR):
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_helm_test_reads_the_operators_metrics_with_the_least_privilege():
+    from tessera_operator.metrics import RECONCILE_SECONDS
+
+    objects = render({"metrics": {"port": 9100}})
+    hooks = [o for o in objects if "helm.sh/hook" in o["metadata"].get("annotations", {})]
+    (pod,) = hooks
+    assert pod["kind"] == "Pod" and pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (service,) = of_kind(objects, "Service")
+    (budget,) = of_kind(objects, "PodDisruptionBudget")
+    labels = pod["metadata"]["labels"]
+    # Neither the metrics Service nor the budget may count the test pod as an operator.
+    assert not service["spec"]["selector"].items() <= labels.items()
+    assert not budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
+    assert spec["restartPolicy"] == "Never" and spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                            "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    assert container["image"] == operator_container(objects)["image"]
+    script = container["command"][-1]
+    assert f"http://{service['metadata']['name']}.{NAMESPACE}.svc:9100/metrics" in script
+    assert RECONCILE_SECONDS._name in script  # a metric the operator serves from its start
+    compile(script, "helm-test", "exec")
+    custom = render({"tests": {"image": "python:3.11-slim"}})
+    (pod,) = [o for o in custom if o["kind"] == "Pod"]
+    assert pod["spec"]["containers"][0]["image"] == "python:3.11-slim"
+
+
+def test_chart_readme_is_generated_from_the_values(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("chart_readme", REPO / "helm" /
+                                                  "chart_readme.py")
+    assert spec is not None and spec.loader is not None
+    chart_readme = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "chart_readme", chart_readme)  # for its dataclass
+    spec.loader.exec_module(chart_readme)
+    committed = (CHART / "README.md").read_text()
+    assert committed == chart_readme.readme(), (
+        "helm/tessera/README.md is stale: run python helm/chart_readme.py")
+    values = chart_readme.documented_values((CHART / "values.yaml").read_text())
+    keys = [value.key for value in values]
+    assert {"replicas", "image.repository", "podDisruptionBudget.maxUnavailable",
+            "topologySpread.whenUnsatisfiable", "tests.image", "podSecurityContext"} <= set(keys)
+    assert not any(key.startswith("podSecurityContext.") for key in keys)  # one row, whole
+    assert all(value.description for value in values)
+    for key in keys:
+        assert f"| `{key}` |" in committed
+
+
+def test_chart_yaml_says_where_the_project_is():
+    chart_yaml = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    urls = [chart_yaml["home"], chart_yaml["icon"], *chart_yaml["sources"],
+            *(m["url"] for m in chart_yaml["maintainers"])]
+    assert all(url.startswith("https://") for url in urls)
+    # The icon is the docs site's (home), from docs/assets.
+    assert chart_yaml["icon"].startswith(chart_yaml["home"])
+    assert (REPO / "docs" / chart_yaml["icon"].removeprefix(chart_yaml["home"])).exists()
+    assert chart_yaml["kubeVersion"] and chart_yaml["keywords"]
+
+
+def test_notes_tell_how_to_uninstall():
+    from tessera_operator.crd import CRD_NAME, FINALIZER
+
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(values=None, name=RELEASE, namespace=NAMESPACE,
+                                is_install=True)
+    notes = rendered["tessera/templates/NOTES.txt"]
+    assert FINALIZER in notes and f"kubectl delete crd {CRD_NAME}" in notes
+    assert "kubectl delete embeddingjobs --all --all-namespaces" in notes
+    assert f"helm uninstall {RELEASE} -n {NAMESPACE}" in notes
+    assert f"helm test {RELEASE}" in notes
+    assert notes.index("kubectl delete embeddingjobs") < notes.index("helm uninstall")

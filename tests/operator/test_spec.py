@@ -45,7 +45,8 @@ DELETE = object()
 
 def test_examples_parse_with_their_values() -> None:
     specs = {name: parse_spec(job["spec"]) for name, job in example_jobs().items()}
-    assert set(specs) == {"gpu", "minimal", "partitioned", "s3-secret"}
+    assert set(specs) == {"gpu", "minimal", "partitioned", "s3-secret", "kueue",
+                          "gang-scheduling"}
     minimal, partitioned, s3 = specs["minimal"], specs["partitioned"], specs["s3-secret"]
     assert (minimal.trainers.replicas, minimal.partition_servers.replicas) == (1, 0)
     assert not minimal.distributed and minimal.run_policy.backoff_limit == DEFAULT_BACKOFF_LIMIT
@@ -91,6 +92,8 @@ INVALID = [
      "credentials must not be written"),
     ("config.edge_paths", ["s3://b/ok", "https://u:p@host/edges"], "spec.config.edge_paths[1]",
      "credentials"),
+    ("config.tracking_path", "s3://AKIAEXAMPLE:s3cr3t@bucket/tb", "spec.config.tracking_path",
+     "credentials must not be written"),
     ("image", DELETE, "spec.image", "required field is missing"),
     ("image", " ", "spec.image", "non-empty string"),
     ("imagePullPolicy", "Sometimes", "spec.imagePullPolicy", "not one of Always"),
@@ -301,3 +304,182 @@ def test_the_crd_states_the_defaults_and_bounds_the_operator_applies(
         with pytest.raises(ConfigError, match=f"must be at least {schema['minimum']}"):
             parse_spec(changed(path, schema["minimum"] - 1))
         assert parsed(parse_spec(changed(path, schema["minimum"]))) == schema["minimum"]
+
+
+# --- pod templates ------------------------------------------------------------------------------
+
+SCRATCH = {"name": "scratch", "emptyDir": {}}
+# (path, value, the field the error names, what it says), on the base spec: one trainer, a
+# storage Secret and endpoint.
+POD_TEMPLATE_INVALID = [
+    ("podTemplate.labels", {"tessera.dev/job": "other"}, "spec.podTemplate.labels.tessera.dev/job",
+     "the operator sets the tessera.dev/ keys"),
+    ("trainers.podTemplate.labels", {"app.kubernetes.io/instance": "x"},
+     "spec.trainers.podTemplate.labels.app.kubernetes.io/instance", "choose another key"),
+    ("podTemplate.annotations", {"tessera.dev/note": "x"},
+     "spec.podTemplate.annotations.tessera.dev/note", "the operator sets"),
+    ("podTemplate.labels", {"team": "a b"}, "spec.podTemplate.labels.team",
+     "not a valid label value"),
+    ("podTemplate.labels", {"team": "x" * 64}, "spec.podTemplate.labels.team",
+     "not a valid label value"),
+    ("podTemplate.labels", {"Bad Key": "x"}, "spec.podTemplate.labels.Bad Key",
+     "not a valid key"),
+    ("podTemplate.annotations", {"a": 1}, "spec.podTemplate.annotations.a", "expected a string"),
+    ("podTemplate.priorityClassName", "High_Priority", "spec.podTemplate.priorityClassName",
+     "not a valid name"),
+    ("lockServer.podTemplate.schedulerName", " ", "spec.lockServer.podTemplate.schedulerName",
+     "non-empty string"),
+    ("podTemplate.automountServiceAccountToken", "yes",
+     "spec.podTemplate.automountServiceAccountToken", "expected true or false"),
+    ("podTemplate.serviceAcount", "x", "spec.podTemplate.serviceAcount",
+     "did you mean 'serviceAccountName'"),
+    ("podTemplate.env", [{"name": "HOME", "value": "/home"}], "spec.podTemplate.env[0].name",
+     "the operator sets HOME itself"),
+    ("trainers.podTemplate.env", [{"name": "AWS_ENDPOINT_URL", "value": "http://x"}],
+     "spec.trainers.podTemplate.env[0].name", "the operator sets AWS_ENDPOINT_URL"),
+    ("podTemplate.env", [{"name": "HF_TOKEN", "value": "hf_abc"}],
+     "spec.podTemplate.env[0].value", "credentials must not be written"),
+    ("trainers.podTemplate.env", [{"name": "db-password", "value": "pw"}],
+     "spec.trainers.podTemplate.env[0].value", "valueFrom.secretKeyRef"),
+    ("podTemplate.env", [{"name": "X", "value": "1", "valueFrom": {}}], "spec.podTemplate.env[0]",
+     "value or valueFrom, not both"),
+    ("podTemplate.env", [{"value": "1"}], "spec.podTemplate.env[0].name",
+     "required field is missing"),
+    ("podTemplate.env", [{"name": "X", "value": "1"}, {"name": "X", "value": "2"}],
+     "spec.podTemplate.env[1].name", "'X' is given twice"),
+    ("podTemplate.env", [{"name": "X", "vaule": "1"}], "spec.podTemplate.env[0].vaule",
+     "did you mean 'value'"),
+    ("podTemplate.volumes", [{"name": "tmp", "emptyDir": {}}], "spec.podTemplate.volumes[0].name",
+     "one of the operator's volumes"),
+    ("podTemplate.volumes", [{"name": "data"}], "spec.podTemplate.volumes[0]",
+     "exactly one volume source"),
+    ("podTemplate.volumes", [{"name": "data", "emptyDir": {}, "secret": {"secretName": "s"}}],
+     "spec.podTemplate.volumes[0]", "got emptyDir, secret"),
+    ("podTemplate.volumes", [{"name": "Data", "emptyDir": {}}], "spec.podTemplate.volumes[0].name",
+     "not a valid volume name"),
+    ("podTemplate.volumes", [SCRATCH, SCRATCH], "spec.podTemplate.volumes[1].name",
+     "given twice"),
+    ("podTemplate.volumeMounts", [{"name": "scratch", "mountPath": "/tmp/cache"}],
+     "spec.podTemplate.volumeMounts[0].mountPath", "outside the operator's mounts"),
+    ("podTemplate.volumeMounts", [{"name": "scratch", "mountPath": "/etc/tessera"}],
+     "spec.podTemplate.volumeMounts[0].mountPath", "outside the operator's mounts"),
+    ("trainers.podTemplate.volumeMounts", [{"name": "scratch", "mountPath": "cache"}],
+     "spec.trainers.podTemplate.volumeMounts[0].mountPath", "an absolute path"),
+    ("trainers.podTemplate.volumeMounts", [{"name": "nope", "mountPath": "/cache"}],
+     "spec.trainers.podTemplate.volumeMounts[0].name", "no volume named 'nope' for the trainers"),
+    ("podTemplate.labels", {"kueue.x-k8s.io/pod-group-name": "g"},
+     "spec.podTemplate.labels.kueue.x-k8s.io/pod-group-name", "the operator makes each run's "
+     "pods one Kueue pod group"),
+    ("trainers.podTemplate.annotations", {"kueue.x-k8s.io/pod-group-total-count": "1"},
+     "spec.trainers.podTemplate.annotations.kueue.x-k8s.io/pod-group-total-count", "remove it"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "field", "problem"), POD_TEMPLATE_INVALID,
+                         ids=[f"{path}={value!r}" for path, value, _, _ in POD_TEMPLATE_INVALID])
+def test_pod_template_errors_name_the_field(path: str, value: Any, field: str,
+                                            problem: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_spec(changed(path, value))
+    assert (raised.value.path, problem in str(raised.value)) == (field, True), str(raised.value)
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("podTemplate.labels", {"kueue.x-k8s.io/queue-name": "team-a", "team": "",
+                            "app.kubernetes.io/part-of": "search"}),
+    ("podTemplate.annotations", {"sidecar.istio.io/inject": "false", "note": "any text: ok"}),
+    ("trainers.podTemplate", {"serviceAccountName": "trainer", "priorityClassName": "batch-low",
+                              "schedulerName": "volcano",
+                              "automountServiceAccountToken": False}),
+    # Names that say they name a file, a role or a place; and credentials from a Secret.
+    ("podTemplate.env", [{"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": "/var/run/token"},
+                         {"name": "AWS_ROLE_ARN", "value": "arn:aws:iam::1:role/r"},
+                         {"name": "GOOGLE_APPLICATION_CREDENTIALS", "value": "/var/key.json"},
+                         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                             "name": "hf", "key": "token"}}},
+                         {"name": "POD_NAME", "valueFrom": {"fieldRef": {
+                             "fieldPath": "metadata.name"}}}]),
+    ("podTemplate", {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
+                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True},
+                                      {"name": "data", "mountPath": "/tmpdata",
+                                       "subPath": "x"}]}),
+    # A mount written job-wide may name a volume each role gives itself.
+    ("trainers.podTemplate.volumes", [SCRATCH]),
+])
+def test_valid_pod_templates_are_accepted(path: str, value: Any) -> None:
+    parse_spec(changed(path, value))
+
+
+def test_a_job_wide_mount_needs_its_volume_in_every_role_that_has_pods() -> None:
+    spec = changed("podTemplate.volumeMounts", [{"name": "scratch", "mountPath": "/scratch"}])
+    spec["trainers"] = {"replicas": 2, "podTemplate": {"volumes": [SCRATCH]}}
+    with pytest.raises(ConfigError) as raised:  # two trainers: a lock server, without it
+        parse_spec(spec)
+    assert raised.value.path == "spec.podTemplate.volumeMounts[0].name"
+    assert "for the lockServer pods" in str(raised.value)
+    spec["lockServer"] = {"podTemplate": {"volumes": [SCRATCH]}}
+    assert parse_spec(spec).distributed
+
+
+def test_the_operators_storage_variables_are_the_users_without_spec_storage() -> None:
+    spec = changed("podTemplate.env", [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {
+        "secretKeyRef": {"name": "own", "key": "id"}}}])
+    with pytest.raises(ConfigError, match="the operator sets AWS_ACCESS_KEY_ID"):
+        parse_spec(spec)
+    del spec["storage"]
+    assert parse_spec(spec).pod_template.env[0]["name"] == "AWS_ACCESS_KEY_ID"
+
+
+def test_every_pod_of_a_job_waits_in_one_kueue_queue() -> None:
+    spec = changed("trainers", {"replicas": 2, "podTemplate": {
+        "labels": {"kueue.x-k8s.io/queue-name": "team-a"}}})
+    with pytest.raises(ConfigError) as raised:
+        parse_spec(spec)
+    assert raised.value.path == "spec.podTemplate.labels.kueue.x-k8s.io/queue-name"
+    assert "lockServer: none, partitionServers" not in str(raised.value)  # no pods, no say
+    assert "lockServer: none, trainers: team-a" in str(raised.value)
+    spec["trainers"]["replicas"] = 1  # one pod: no lock server
+    parse_spec(spec)
+
+
+def test_role_templates_merge_over_the_jobs() -> None:
+    spec = base_spec()
+    spec["podTemplate"] = {
+        "labels": {"team": "kg", "tier": "batch"}, "annotations": {"a": "job"},
+        "priorityClassName": "low", "serviceAccountName": "job-sa",
+        "env": [{"name": "A", "value": "job"}, {"name": "B", "value": "job"}],
+        "volumes": [SCRATCH, {"name": "data", "emptyDir": {}}],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}
+    spec["trainers"] = {"podTemplate": {
+        "labels": {"tier": "gpu"}, "priorityClassName": "high",
+        "automountServiceAccountToken": False,
+        "env": [{"name": "B", "value": "role"}, {"name": "C", "value": "role"}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
+        "volumeMounts": [{"name": "data", "mountPath": "/scratch"}]}}
+    parsed = parse_spec(spec)
+    merged = parsed.role_template(parsed.trainers)
+    assert merged.labels == {"team": "kg", "tier": "gpu"} and merged.annotations == {"a": "job"}
+    assert (merged.priority_class_name, merged.service_account_name) == ("high", "job-sa")
+    assert merged.mounts_token is False
+    assert [(e["name"], e["value"]) for e in merged.env] == [("A", "job"), ("B", "role"),
+                                                             ("C", "role")]
+    assert merged.volumes == (SCRATCH, {"name": "data",
+                                        "persistentVolumeClaim": {"claimName": "d"}})
+    assert merged.volume_mounts == ({"name": "data", "mountPath": "/scratch"},)
+    lock_server = parsed.role_template(parsed.lock_server)
+    assert lock_server.mounts_token is True and lock_server.priority_class_name == "low"
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("podTemplate.labels", {"team": "kg"}),
+    ("trainers.podTemplate.annotations", {"cost": "ml"}),
+    ("lockServer.podTemplate.priorityClassName", "high"),
+    ("podTemplate.env", [{"name": "X", "value": "1"}]),
+])
+def test_a_pod_template_edit_restarts_the_pods_and_an_empty_one_does_not(
+        path: str, value: Any) -> None:
+    before, after = parse_spec(base_spec()), parse_spec(changed(path, value))
+    assert before.config_fingerprint() == after.config_fingerprint()
+    assert before.pods_fingerprint() != after.pods_fingerprint()
+    empty = changed(path.rsplit(".", 1)[0], {})
+    assert parse_spec(empty).pods_fingerprint() == before.pods_fingerprint()

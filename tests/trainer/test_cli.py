@@ -17,7 +17,7 @@ from tessera.errors import EXIT_BAD_INPUT
 
 UMLS = Path(__file__).resolve().parents[2] / "examples" / "umls"
 
-COMMANDS = ["import", "train", "eval", "export", "neighbors", "config", "lock-server",
+COMMANDS = ["import", "train", "eval", "tune", "export", "neighbors", "config", "lock-server",
             "partition-server"]
 
 
@@ -84,6 +84,15 @@ def test_import_train_eval_export_on_umls(tmp_path: Path) -> None:
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["mode"] == "filtered" and metrics["count"] == 2 * 661
     assert metrics["mrr"] > 0.1  # 135 candidates: random ranking gives about 0.04
+    # The split by its name: the same edges, filtered against every split of the config.
+    by_name = run_cli("eval", config, "--split", "test", "--filtered", "--log-format", "json")
+    assert by_name.returncode == 0, by_name.stderr
+    assert json.loads(by_name.stdout) == metrics
+    misnamed = run_cli("eval", config, "--split", "valid", "--log-format", "json")
+    assert misnamed.returncode == EXIT_BAD_INPUT
+    assert misnamed.stderr.splitlines()[-1] == (
+        "tessera eval: error: --split: no edge path of the config is named 'valid' (its names: "
+        "train, test); give one of them, or an edge set's path")
 
     exported = run_cli("export", config, str(tmp_path / "export"), "--log-format", "json")
     assert exported.returncode == 0, exported.stderr

@@ -54,6 +54,25 @@ def test_tsv_rows_are_name_then_values(trained: PlantedGraph, tmp_path: Path) ->
     assert len(parameters[0].split("\t")) == 3 + 16
 
 
+def test_rotate_phases_are_exported_as_saved(tmp_path: Path) -> None:
+    """Tessera's `rotate` operator: its phases, one row, as the model file holds them."""
+    graph = write_planted_graph(tmp_path / "graph", 1, num_edges=500)
+    write_entity_names(Directory(str(graph.root / "entities")), "node", 0,
+                       [f"n{i}" for i in range(400)])
+    config = parse_config(graph.config(num_epochs=1, comparator="l2", relations=[
+        {"name": "link", "lhs": "node", "rhs": "node", "operator": "rotate"}]))
+    train(config, QUIET)
+    export_checkpoint(config, str(tmp_path / "out"), QUIET)
+    (row,) = [line.split("\t") for line in
+              (tmp_path / "out" / "relation_parameters.tsv").read_text().splitlines()]
+    assert row[:3] == ["link", "rhs", "phase"]
+    (model,) = (graph.root / "checkpoints").glob("model.v*.h5")
+    with h5py.File(model, "r") as file:
+        saved = file["model/relations/0/operator/rhs/phase"][...]
+    assert saved.shape == (8,) and saved.any()
+    np.testing.assert_array_equal(np.array(row[3:], dtype=np.float32), saved)
+
+
 def test_h5_and_npy_hold_the_same_embeddings(trained: PlantedGraph, tmp_path: Path) -> None:
     config = parse_config(trained.config())
     export_checkpoint(config, str(tmp_path / "h5"), QUIET, output_format="h5")

@@ -71,3 +71,17 @@ def test_a_result_printed_on_stdout_is_not_repeated_in_human_output() -> None:
         reporter.fields_printed_as_result.add("evaluation finished")
         reporter.event("evaluation finished", mrr=0.5)
         assert ("mrr" in stream.getvalue()) == (mode == "json")
+
+
+def test_the_eta_leaves_out_the_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """10 s of start-up, then 100 edges a second: after 20 s of work the ETA is the 60 s
+    left, not the 90 s that the rate over the whole task (start-up included) would give."""
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    task = Reporter("quiet", Pipe()).task("train", total=8000, unit="edges").__enter__()
+    clock[0] = 10.0
+    for _ in range(20):
+        clock[0] += 1.0
+        task.advance(100)
+    assert task.eta() == pytest.approx(60.0, rel=0.06)
+    assert task.rate == pytest.approx(2000 / 30)  # the summary's rate keeps the start-up

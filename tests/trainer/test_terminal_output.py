@@ -8,17 +8,17 @@ line; a rerun says which checkpoint it resumes from; eval's metrics appear once.
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import select
-import subprocess
-import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from support.terminal import run_on_terminal
 
 from tessera.cli import main
+from tessera.storage.edges import write_bucket
+from tessera.storage.entities import write_entity_count
+from tessera.storage.fs import Directory
 
 CONFIG = {
     "entities": {"user": {"num_partitions": 1}, "item": {"num_partitions": 1}},
@@ -46,29 +46,9 @@ def graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def on_terminal(*args: str) -> str:
     """What `tessera ARGS` shows on a terminal (stdout and stderr both on it), its line ends
     as written: the live line rewrites itself with a carriage return."""
-    leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "tessera", *args], stdin=follower,
-                               stdout=follower, stderr=follower, close_fds=True)
-    os.close(follower)
-    output = bytearray()
-    try:
-        while True:
-            ready, _, _ = select.select([leader], [], [], 120)
-            if not ready:
-                raise TimeoutError(f"tessera {' '.join(args)}: no output for 120 s")
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the terminal closed: every writer is gone
-                break
-            if not chunk:
-                break
-            output += chunk
-    finally:
-        os.close(leader)
-        code = process.wait(timeout=60)
-    text = output.decode()
-    assert code == 0, text
-    return text.replace("\r\n", "\n")
+    run = run_on_terminal(*args)
+    assert run.returncode == 0, run.text
+    return run.text
 
 
 def shown_lines(text: str) -> list[str]:
@@ -121,3 +101,27 @@ def test_json_lines_keep_every_event(graph: Path, capsys: pytest.CaptureFixture[
                                         "chunks_done": 2, "chunks_total": 3}]
     finished = [event for event in events if event["event"] == "evaluation finished"]
     assert len(finished) == 1 and "mrr" in finished[0]
+
+
+def test_the_live_line_moves_while_a_bucket_trains(tmp_path: Path) -> None:
+    """One bucket of 400k edges (a few seconds of work), one epoch: the line moves within it,
+    at least every second (it moved only when a bucket ended: a minute on a large graph)."""
+    rng = np.random.default_rng(0)
+    write_entity_count(Directory(str(tmp_path / "entities")), "node", 0, 50_000)
+    lhs, rhs = rng.integers(0, 50_000, 400_000), rng.integers(0, 50_000, 400_000)
+    write_bucket(Directory(str(tmp_path / "edges")), 0, 0, np.zeros(len(lhs), np.int64), lhs,
+                 rhs)
+    config = {**CONFIG, "entities": {"node": {"num_partitions": 1}},
+              "relations": [{"name": "link", "lhs": "node", "rhs": "node",
+                             "operator": "translation"}],
+              "dimension": 128, "batch_size": 1000, "num_batch_negs": 100,
+              "num_uniform_negs": 100, "num_epochs": 1, "workers": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    run = run_on_terminal("train", "config.json", cwd=tmp_path)
+    assert run.returncode == 0, run.text
+    moving = [(at, line) for at, line in run.updates
+              if re.match(r"train\s+\d", line) and " 100.0%" not in line]
+    assert len(moving) >= 3, run.text
+    gaps = sorted(later - earlier for (earlier, _), (later, _) in zip(moving, moving[1:]))
+    # Every second here as in bench/bench_live_line.py; a loaded test machine may delay one.
+    assert gaps[len(gaps) // 2] <= 1.0 and gaps[-1] <= 2.5, (gaps, run.text)

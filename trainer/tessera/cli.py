@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_lock_server(commands)
     _add_partition_server(commands)
     _add_eval(commands)
+    _add_tune(commands)
     _add_export(commands)
     _add_neighbors(commands)
     _add_config(commands)
@@ -178,11 +180,14 @@ def _add_import(commands: Any) -> None:
         "Writes entity counts and names to entity_path and buckets to each edge path.")
     _common(parser)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="edge list file or URL")
-    parser.add_argument("--lhs-col", type=int, default=0, help="0-based column of the source")
-    parser.add_argument("--rhs-col", type=int, default=1, help="0-based column of the target")
-    parser.add_argument("--rel-col", type=int, default=None,
-                        help="0-based column of the relation name (default: all edges are of "
-                        "the first relation)")
+    parser.add_argument("--lhs-col", type=_column, default=0,
+                        help="column of the source: 0-based index, or its name in the header "
+                        "(--header) or Parquet schema")
+    parser.add_argument("--rhs-col", type=_column, default=1,
+                        help="column of the target (index or name)")
+    parser.add_argument("--rel-col", type=_column, default=None,
+                        help="column of the relation name, index or name (default: all edges "
+                        "are of the first relation)")
     parser.add_argument("--format", dest="input_format", choices=["tsv", "csv", "parquet"],
                         help="input format (default: from the file extension)")
     parser.add_argument("--delimiter", help="field separator of text inputs")
@@ -208,6 +213,11 @@ def _add_import(commands: Any) -> None:
                         "extending the one already in entity_path (known entities may then "
                         "change ids, and checkpoints trained on them no longer fit)")
     parser.set_defaults(run=_run_import)
+
+
+def _column(text: str) -> int | str:
+    """A column flag's value: an index if it is a number, else a name."""
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def _type_and_file(value: str) -> tuple[str, str]:
@@ -283,14 +293,17 @@ def _run_train(args: argparse.Namespace, reporter: Reporter) -> int:
     config = _load(args)
     if not config.verbose:  # one commit line per epoch would push the live line away
         reporter.folded_events[CHECKPOINT_COMMITTED] = CHECKPOINT_VERSION
-    if args.rank is not None:
-        from .distributed.trainer import run_trainer
+    from .tracking import tracking
 
-        run_trainer(config, args.rank, _settings(args, config), reporter)
-        return 0
-    from .training.coordinator import train
+    with tracking(config, reporter, args.rank):
+        if args.rank is not None:
+            from .distributed.trainer import run_trainer
 
-    train(config, reporter)
+            run_trainer(config, args.rank, _settings(args, config), reporter)
+            return 0
+        from .training.coordinator import train
+
+        train(config, reporter)
     return 0
 
 
@@ -367,11 +380,14 @@ def _add_eval(commands: Any) -> None:
         "with -p edge_paths=...). With --filtered, every entity is a candidate and the "
         "other true edges found in the --filter-paths edge sets are not counted as errors.")
     _common(parser)
+    parser.add_argument("--split", metavar="NAME",
+                        help="evaluate one split: an edge path of the config named so (its "
+                        "last folder: train, valid, test as imported) or an edge set's path")
     parser.add_argument("--filtered", action="store_true",
                         help="rank against all entities, removing known true edges")
     parser.add_argument("--filter-paths", nargs="+", default=None, metavar="EDGE_PATH",
                         help="edge sets whose edges are known true (default with --filtered: "
-                        "the evaluated edge sets themselves)")
+                        "the config's edge_paths, every split, before --split chose one)")
     parser.add_argument("--output", help="also write the metrics to this JSON file (path or "
                         "URL; its folder is created if missing)")
     parser.set_defaults(run=_run_eval)
@@ -380,18 +396,65 @@ def _add_eval(commands: Any) -> None:
 def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluation.command import evaluate_checkpoint
     from .evaluation.output import check_metrics_output
+    from .evaluation.splits import choose_split
     from .publishing import write_output_file
 
     config = _load(args)
+    filter_paths = args.filter_paths or config.edge_paths
+    if args.split:
+        config = dataclasses.replace(config, edge_paths=choose_split(config.edge_paths,
+                                                                     args.split))
     if args.output:  # refused now rather than after the evaluation
         check_metrics_output(args.output, config)
     if sys.stdout.isatty():  # the metrics printed below are in view: not twice
         reporter.fields_printed_as_result.add(EVALUATION_FINISHED)
     metrics = evaluate_checkpoint(config, reporter, filtered=args.filtered,
-                                  filter_paths=args.filter_paths)
+                                  filter_paths=filter_paths)
     if args.output:
         write_output_file(args.output, json.dumps(metrics, indent=2) + "\n", config)
     print_result(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _add_tune(commands: Any) -> None:
+    parser = commands.add_parser(
+        "tune", help="search lr, dimension, N3, negatives and epochs for the best validation MRR",
+        description="Train trials of CONFIG with values drawn from a search space (Optuna), "
+        "judge each by the filtered MRR of the --valid edge set (never the test split), stop "
+        "bad ones early from the held-out MRR of eval_fraction, and write the best config to "
+        "checkpoint_path/tune/best.yaml. The study is kept there: the same command again "
+        "continues it.")
+    _common(parser)
+    parser.add_argument("--valid", metavar="EDGE_PATH",
+                        help="the validation edge set that judges each trial (required)")
+    parser.add_argument("--filter-paths", nargs="+", default=[], metavar="EDGE_PATH",
+                        help="more edge sets whose edges are known true when ranking (the "
+                        "training edge_paths and --valid always are)")
+    parser.add_argument("--space", metavar="FILE",
+                        help="YAML search space: key: {low, high[, log, step]} or {choices}; "
+                        "default: lr, dimension, regularization_coef, num_uniform_negs, "
+                        "num_epochs (docs/cli.md)")
+    parser.add_argument("--trials", type=int, default=30,
+                        help="trials of the study in all, this run's and earlier ones' (30)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="start no trial after this many seconds of this run")
+    parser.add_argument("--startup-trials", type=int, default=5, metavar="N",
+                        help="trials that run to the end before any is pruned (5)")
+    parser.add_argument("--warmup-epochs", type=int, default=5, metavar="N",
+                        help="epochs a trial trains before it may be pruned (5)")
+    parser.set_defaults(run=_run_tune)
+
+
+def _run_tune(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .tuning.command import TuneOptions, tune
+
+    result = tune(args.config, args.param, TuneOptions(
+        args.valid, tuple(args.filter_paths), args.space, args.trials, args.timeout,
+        args.startup_trials, args.warmup_epochs), reporter)
+    if result.best_config is not None:
+        print_result(f"best config: {result.best_config} (trial {result.best_trial}, "
+                     f"filtered valid MRR {result.valid_mrr:.4f})\n"
+                     f"train it:    tessera train {result.best_config}")
     return 0
 
 

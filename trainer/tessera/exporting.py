@@ -19,6 +19,7 @@ import torch
 from .config import ConfigSchema
 from .errors import ConfigError
 from .model.featurized_entities import featurized_entity_embeddings
+from .model.reciprocal import model_relation_names
 from .progress import Reporter, Task
 from .publishing import staged_directory
 from .querying.names import partition_names
@@ -37,7 +38,7 @@ from .storage.fs import Directory
 
 TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
 RELATION_PARAMETERS_FILE = "relation_parameters.tsv"
-ENTITY_BLOCK = 100_000  # featurized entities computed at a time
+ENTITY_BLOCK = 100_000  # entities written (featurized ones computed) at a time
 
 
 def export_checkpoint(config: ConfigSchema, output: str, reporter: Reporter, *,
@@ -140,15 +141,19 @@ def _entity_blocks(entities: EntityFeatures, feature_rows: torch.Tensor,
 def _partitions(store: CheckpointStore, version: int, entity_dir: Directory, entity: str,
                 counts: list[int], dimension: int,
                 task: Task) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(names, embeddings) of each partition in turn; offsets stand in for missing names.
+    """(names, embeddings) of each partition in turn, a block of rows at a time (so the live
+    line moves while a partition of millions is written); offsets stand in for missing names.
 
     Each partition's shape is checked against its entity count and the config's dimension.
     """
     for part, count in enumerate(counts):
         embeddings, _ = store.read_embeddings(entity, part, version, num_entities=count,
                                               dimension=dimension, read_state=unread)
-        yield partition_names(entity_dir, entity, part, count), embeddings
-        task.advance(count, entity_type=entity)
+        names = partition_names(entity_dir, entity, part, count)
+        for first in range(0, count, ENTITY_BLOCK):
+            block = embeddings[first:first + ENTITY_BLOCK]
+            yield names[first:first + len(block)], block
+            task.advance(len(block), entity_type=entity)
 
 
 def _write_embeddings(target: Directory, files: list[str], total: int,
@@ -195,11 +200,13 @@ def _append(file: h5py.File, dataset: str, values: np.ndarray) -> None:
 
 def _write_relation_parameters(config: ConfigSchema, store: CheckpointStore, version: int,
                                entity_dir: Directory, target: Directory) -> None:
-    """One row per parameter: owner (relation name or entity type), side, name, values."""
+    """One row per parameter: owner (relation name or entity type), side, name, values; with
+    reciprocal relations, r's inverse is named `{r}_inverse`."""
     if config.dynamic_relations:
         relation_names = read_relation_names(entity_dir)
     else:
         relation_names = [relation.name for relation in config.relations]
+    relation_names = model_relation_names(config, relation_names)
     params, _ = store.read_model(version)
     with target.writing(RELATION_PARAMETERS_FILE) as path, \
             open(path, "w", encoding="utf-8") as file:

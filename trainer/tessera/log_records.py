@@ -32,6 +32,12 @@ CHECKPOINT_COMMITTED = "checkpoint committed"
 TRAINING_FINISHED = "training finished"
 RESUMING = "resuming from a checkpoint"
 EVALUATION_FINISHED = "evaluation finished"  # `tessera eval`'s result, also printed on stdout
+# An event for the Reporter's listeners only, never printed (too long for a log line): a
+# committed chunk position's training_stats.json lines (`stats`), with its 1-based `epoch` and
+# whether it ended that epoch, for experiment tracking (`tessera.tracking`).
+CHUNK_STATS = "chunk stats"
+STATS = "stats"
+EPOCH_ENDED = "epoch_ended"
 
 # Keys of a progress record.
 DONE = "done"

@@ -23,6 +23,8 @@ Listener = Callable[[dict[str, Any]], None]
 # Minimum seconds between two progress updates, so output never slows the work down.
 HUMAN_INTERVAL = 0.5
 JSON_INTERVAL = 10.0
+# Seconds of work after the first unit before its pace replaces the whole task's rate.
+MIN_PACE_SECONDS = 1.0
 
 
 class Reporter:
@@ -83,6 +85,11 @@ class Reporter:
         yield task
         task.finish()
 
+    def notify(self, message: str, **fields: Any) -> None:
+        """An event for the listeners only, never printed: figures too many for a log line
+        (a checkpoint's bucket stats, for experiment tracking)."""
+        self._notify(event_record(message, **fields))
+
     def _notify(self, record: dict[str, Any]) -> None:
         for listener in self.listeners:
             listener(record)
@@ -140,6 +147,7 @@ class Task:
         self.fields: dict[str, Any] = {}
         self.started = time.monotonic()
         self._last_report = 0.0
+        self._first_done: tuple[float, float] | None = None  # (when, done) at the first unit
 
     @property
     def elapsed(self) -> float:
@@ -147,16 +155,31 @@ class Task:
 
     @property
     def rate(self) -> float:
+        """Units a second over the whole task, start-up included (the final summary's)."""
         return self.done / self.elapsed if self.elapsed > 0 else 0.0
 
+    @property
+    def pace(self) -> float:
+        """Units a second since the first unit was done: what the live line and the ETA
+        show. The start-up before it (workers, the first partitions) does not recur, and
+        counting it made the ETA of a long run fall for minutes."""
+        if self._first_done is None:
+            return self.rate
+        when, done = self._first_done
+        seconds = time.monotonic() - when
+        return (self.done - done) / seconds if seconds >= MIN_PACE_SECONDS else self.rate
+
     def eta(self) -> float | None:
-        if not self.total or self.rate <= 0:
+        pace = self.pace
+        if not self.total or pace <= 0:
             return None
-        return max(self.total - self.done, 0) / self.rate
+        return max(self.total - self.done, 0) / pace
 
     def advance(self, amount: float = 1, **fields: Any) -> None:
         """Record `amount` more units done; `fields` (epoch, loss...) are shown with the rate."""
         self.done += amount
+        if self._first_done is None and self.done > 0:
+            self._first_done = (time.monotonic(), self.done)
         self.fields.update(fields)
         if self.reporter.listeners:
             self.reporter._notify(self._record())
@@ -168,7 +191,7 @@ class Task:
             self._report()
 
     def _record(self) -> dict[str, Any]:
-        return progress_record(self.name, self.done, self.total, round(self.rate, 1),
+        return progress_record(self.name, self.done, self.total, round(self.pace, 1),
                                _round(self.eta()), **self.fields)
 
     def _report(self) -> None:
@@ -179,7 +202,7 @@ class Task:
         eta = self.eta()
         extra = "".join(f"  {k}={_human_field(k, v)}" for k, v in self.fields.items())
         line = (f"{self.name}{share}  {_amount(self.done, self.unit)}  "
-                f"{_amount(self.rate, self.unit)}/s"
+                f"{_amount(self.pace, self.unit)}/s"
                 f"{f'  ETA {_duration(eta)}' if eta is not None else ''}{extra}")
         self.reporter._write_line(line, transient=self.reporter.stream.isatty())
 

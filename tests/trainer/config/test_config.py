@@ -59,7 +59,10 @@ def test_every_pbg_key_with_pbg_default() -> None:
     fields = {f.name: f for f in dataclasses.fields(ConfigSchema)}
     assert set(PBG_DEFAULTS) <= set(fields)
     assert set(fields) - set(PBG_DEFAULTS) == {"storage_options", "storage_retry_timeout", "seed",
-                                                  "init_old_edge_fraction", "partition_cache_gb"}
+                                                  "init_old_edge_fraction", "replay_paths",
+                                                  "partition_cache_gb", "tracking", "tracking_path",
+                                                  "num_degree_negs", "eval_num_degree_negs",
+                                                  "reciprocal_relations"}
     config = parse_config(MINIMAL)
     for key, default in PBG_DEFAULTS.items():
         if default is not None or fields[key].default is None:
@@ -93,7 +96,7 @@ def test_minimal_config_parses_into_typed_objects() -> None:
          "relations[0].lhs", "did you mean 'user'"),
         ({"relations": [{"name": "r", "lhs": "user", "rhs": "item", "opertor": "none"}]},
          "relations[0].opertor", "did you mean 'operator'"),
-        ({"relations": [{"name": "r", "lhs": "user", "rhs": "item", "operator": "rotate"}]},
+        ({"relations": [{"name": "r", "lhs": "user", "rhs": "item", "operator": "quaternion"}]},
          "relations[0].operator", "not one of"),
         ({"relations": [{"name": "r", "lhs": "user"}]}, "relations[0].rhs", "missing"),
         ({"entities": {"user": {"num_partitions": 4}, "item": {"num_partitions": 2}}},
@@ -105,6 +108,9 @@ def test_minimal_config_parses_into_typed_objects() -> None:
             {"name": "a", "lhs": "user", "rhs": "item"},
             {"name": "b", "lhs": "user", "rhs": "item"}]}, "relations", "exactly one"),
         ({"disable_lhs_negs": True, "disable_rhs_negs": True}, "disable_rhs_negs", "both"),
+        ({"reciprocal_relations": True, "disable_rhs_negs": True}, "disable_rhs_negs",
+         "reciprocal_relations"),
+        ({"num_degree_negs": -1}, "num_degree_negs", "at least 0"),
         ({"half_precision": True}, "half_precision", "GPU"),
         ({"partition_cache_gb": 4, "num_machines": 2}, "partition_cache_gb", "num_machines > 1"),
         ({"partition_cache_gb": -1}, "partition_cache_gb", "at least 0"),

@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import h5py
 import pytest
@@ -42,9 +43,9 @@ def graph(tmp_path_factory: pytest.TempPathFactory) -> PlantedGraph:
     return write_planted_graph(tmp_path_factory.mktemp("planted"), 4)
 
 
-def filtered_test_mrr(graph: PlantedGraph, checkpoint_path: Path) -> float:
+def filtered_test_mrr(graph: PlantedGraph, checkpoint_path: Path, **overrides: Any) -> float:
     config = parse_config(graph.config(edge_paths=[str(graph.root / "test")],
-                                       checkpoint_path=str(checkpoint_path)))
+                                       checkpoint_path=str(checkpoint_path), **overrides))
     return evaluate_checkpoint(config, QUIET, filtered=True,
                                filter_paths=[str(graph.root / "train"),
                                              str(graph.root / "test")])["mrr"]
@@ -110,6 +111,23 @@ def test_without_partition_servers_partitions_are_swapped_through_storage(
     leftovers = [p.name for p in checkpoints.iterdir() if f".v{NUM_EPOCHS}." not in p.name
                  and p.suffix == ".h5"]
     assert leftovers == []
+
+
+def test_rotate_trains_across_trainers_with_its_phases_shared(graph: PlantedGraph,
+                                                              tmp_path: Path) -> None:
+    """RotatE (`rotate`, `l2`, Tessera's own): the parameter server shares the phases."""
+    checkpoints = tmp_path / "checkpoints"
+    model = {"comparator": "l2", "relations": [
+        {"name": "link", "lhs": "node", "rhs": "node", "operator": "rotate"}]}
+    config = write_config(tmp_path / "config.json",
+                          graph.config(checkpoint_path=str(checkpoints), **model))
+    code, logs = run_cluster(config, "--trainers", "2", "--partition-servers", "0")
+    assert code == 0, "\n".join(logs.lines[-30:])
+    mrr = filtered_test_mrr(graph, checkpoints, **model)
+    assert mrr > 0.08, mrr  # random: about 0.016
+    with h5py.File(checkpoints / f"model.v{NUM_EPOCHS}.h5", "r") as file:
+        assert file["model/relations/0/operator/rhs/phase"].shape == (8,)
+        assert file["model/relations/0/operator/rhs/phase"][()].any()  # it was trained
 
 
 def kill_trainer_after_checkpoint(command: list[str], version: int) -> tuple[int, float,

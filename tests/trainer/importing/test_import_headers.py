@@ -110,6 +110,15 @@ def test_the_command_skips_a_header_and_refuses_an_empty_input(make_config, tmp_
     assert imported.returncode == 0, imported.stderr
     assert sum(imported_edges(config).values()) == 3
 
+    # Columns by their names in the header (a weight column first, unused).
+    by_name = [*command[:6], "--header", "--lhs-col", "head", "--rel-col", "relation",
+               "--rhs-col", "tail", "--log-format", "json"]
+    edges.write_text("weight\t" + HEADER + "".join(f"1\t{line}\n"
+                                                 for line in TRIANGLE.splitlines()))
+    imported = subprocess.run(by_name, capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    assert sum(imported_edges(config).values()) == 3
+
     edges.write_text("")
     refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert refused.returncode == EXIT_BAD_INPUT

@@ -170,3 +170,25 @@ def test_read_ahead_closes_a_generator_its_consumer_left():
     assert next(items) == 0
     items.close()
     assert closed == [True]
+
+
+def test_columns_by_name_from_a_header_or_a_parquet_schema(tmp_path):
+    csv_path = tmp_path / "edges.csv"
+    csv_path.write_text('weight,"to, node",from,kind\n1,b,a,likes\n2,c,b,knows\n')
+    named = Columns(lhs="from", rhs="to, node", rel="kind")
+    expected = [("a", "b", "likes"), ("b", "c", "knows")]
+    assert rows_of(csv_path, "csv", named, skip_rows=1)[0] == expected
+    parquet_path = tmp_path / "edges.parquet"
+    pq.write_table(pa.table({"weight": [1, 2], "to, node": ["b", "c"], "from": ["a", "b"],
+                             "kind": ["likes", "knows"]}), parquet_path)
+    assert rows_of(parquet_path, "parquet", named)[0] == expected
+    # Names and indices mix; a name missing from the header says which ones there are.
+    assert rows_of(csv_path, "csv", Columns("from", 1), skip_rows=1)[0] == [("a", "b"),
+                                                                             ("b", "c")]
+    with pytest.raises(FormatError, match=r"no column is named 'src' \(the lhs column\); its "
+                                          r"columns: weight, to, node, from, kind"):
+        rows_of(csv_path, "csv", Columns("src", 1), skip_rows=1)
+    with pytest.raises(FormatError, match="no column is named 'dst'.*weight, to, node, from"):
+        rows_of(parquet_path, "parquet", Columns("from", "dst"))
+    with pytest.raises(FormatError, match="no header line names them: pass --header"):
+        rows_of(csv_path, "csv", named)

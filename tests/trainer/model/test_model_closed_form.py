@@ -160,7 +160,7 @@ def test_equals_autograd_with_a_table_per_side(make_config) -> None:
 
 
 @pytest.mark.parametrize("overrides", [
-    {"comparator": "l2"}, {"comparator": "squared_l2"}, {"bias": True},
+    {"comparator": "l2"}, {"comparator": "squared_l2"}, {"comparator": "l1"}, {"bias": True},
     {"regularization_coef": 0.1}, {"dynamic_relations": True},
     {"entities": {"node": {"num_partitions": 1, "featurized": True}}},
 ])

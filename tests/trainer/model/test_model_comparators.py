@@ -20,10 +20,13 @@ PAIR_SCORES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "cos": lambda a, b: (a * b).sum(),
     "l2": lambda a, b: -(a - b).pow(2).sum().sqrt(),
     "squared_l2": lambda a, b: -(a - b).pow(2).sum(),
+    "l1": lambda a, b: -(a - b).abs().sum(),
 }
 
-# lhs = [1, 2], rhs = [3, 4]: dot 11; cos 11 / (sqrt(5) * 5); l2 -sqrt(8); squared_l2 -8.
-KNOWN = {"dot": 11.0, "cos": 11 / (math.sqrt(5) * 5), "l2": -math.sqrt(8), "squared_l2": -8.0}
+# lhs = [1, 2], rhs = [3, 4]: dot 11; cos 11 / (sqrt(5) * 5); l2 -sqrt(8); squared_l2 -8;
+# l1 -4.
+KNOWN = {"dot": 11.0, "cos": 11 / (math.sqrt(5) * 5), "l2": -math.sqrt(8), "squared_l2": -8.0,
+         "l1": -4.0}
 
 
 def random_inputs(seed: int, dim: int = 4, requires_grad: bool = False) -> list[torch.Tensor]:
@@ -67,6 +70,34 @@ def test_batched_scores_equal_pair_by_pair_scores(name: str) -> None:
             for j in range(5):
                 expected = pair(lhs_pos[c, i], rhs_neg[c, j]).item()
                 assert rhs_scores[c, i, j] == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_equal_those_of_pair_by_pair_scores(name: str) -> None:
+    """The batched products (and `cdist`'s backward, for l1) against autograd through the
+    pair-by-pair definition."""
+    inputs = random_inputs(3, requires_grad=True)
+    comparator = COMPARATORS[name]()
+    lhs_pos, rhs_pos, lhs_neg, rhs_neg = (comparator.prepare(t) for t in inputs)
+    generator = torch.Generator().manual_seed(4)
+    weights = [torch.randn(shape, generator=generator) for shape in ((2, 3), (2, 3, 4),
+                                                                      (2, 3, 5))]
+    pos, lhs_scores, rhs_scores = comparator(lhs_pos, rhs_pos, lhs_neg, rhs_neg)
+    batched = torch.autograd.grad(
+        sum((s * w).sum() for s, w in zip((pos, lhs_scores, rhs_scores), weights)), inputs,
+        retain_graph=True)  # `prepare`'s part of the graph serves the reference too
+    pair = PAIR_SCORES[name]
+    reference = torch.stack([pair(lhs_pos[c, i], rhs_pos[c, i]) for c in range(2)
+                             for i in range(3)]).view(2, 3)
+    lhs_reference = torch.stack([pair(lhs_neg[c, j], rhs_pos[c, i]) for c in range(2)
+                                 for i in range(3) for j in range(4)]).view(2, 3, 4)
+    rhs_reference = torch.stack([pair(lhs_pos[c, i], rhs_neg[c, j]) for c in range(2)
+                                 for i in range(3) for j in range(5)]).view(2, 3, 5)
+    expected = torch.autograd.grad(
+        sum((s * w).sum() for s, w in zip((reference, lhs_reference, rhs_reference), weights)),
+        inputs)
+    for got, want in zip(batched, expected):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)

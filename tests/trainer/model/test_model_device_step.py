@@ -212,7 +212,7 @@ def test_pushing_the_device_model_keeps_host_updates_made_meanwhile(make_config:
     torch.testing.assert_close(translation.data, torch.full((8,), 11.0))
 
 
-@pytest.mark.parametrize("operator", ["translation", "complex_diagonal"])
+@pytest.mark.parametrize("operator", ["translation", "complex_diagonal", "rotate"])
 def test_half_precision_tables_learn_as_well_as_single_precision(make_config: Any,
                                                                  operator: str) -> None:
     """Embeddings stored as float16 on the device, scored and stepped in float32."""

@@ -88,6 +88,8 @@ def test_dynamic_parameter_names_are_pbgs(make_config) -> None:
                    "item": {"num_partitions": 1}}}, "relations[0]"),
     ({"dimension": 5, "relations": [{"name": "r", "lhs": "user", "rhs": "item",
                                      "operator": "complex_diagonal"}]}, "relations[0].operator"),
+    ({"dimension": 5, "relations": [{"name": "r", "lhs": "user", "rhs": "item",
+                                     "operator": "rotate"}]}, "relations[0].operator"),
     ({"entities": {"user": {"num_partitions": 1, "featurized": True},
                    "item": {"num_partitions": 1}},
       "relations": [{"name": "r", "lhs": "user", "rhs": "item", "all_negs": True}]},
@@ -103,7 +105,7 @@ def test_impossible_models_are_refused_naming_the_key(make_config, overrides: di
 
 
 @pytest.mark.parametrize("operator", sorted(OPERATORS))
-@pytest.mark.parametrize("comparator", ["cos", "l2"])
+@pytest.mark.parametrize("comparator", ["cos", "l2", "l1"])
 @pytest.mark.parametrize("same_entity", [False, True], ids=["training", "evaluation"])
 def test_scores_match_the_definition_edge_by_edge(make_config, operator: str,
                                                   comparator: str, same_entity: bool) -> None:
@@ -268,10 +270,12 @@ def test_a_batch_mixing_relations_needs_dynamic_relations(make_config) -> None:
         model(edges([0, 1], [0, 1], [1, 2]), nodes, nodes, num_batch_negs=2, num_uniform_negs=0)
 
 
-@pytest.mark.parametrize("operator", ["translation", "complex_diagonal", "affine"])
-def test_dynamic_relations_transform_the_side_that_is_not_corrupted(make_config,
-                                                                    operator: str) -> None:
-    config = bipartite(make_config, operator, dynamic_relations=True, comparator="dot")
+@pytest.mark.parametrize(("operator", "comparator"), [
+    ("translation", "dot"), ("complex_diagonal", "dot"), ("affine", "dot"),
+    ("rotate", "l2"), ("translation", "l1")])  # RotatE and TransE-L1
+def test_dynamic_relations_transform_the_side_that_is_not_corrupted(
+        make_config, operator: str, comparator: str) -> None:
+    config = bipartite(make_config, operator, dynamic_relations=True, comparator=comparator)
     model = EmbeddingModel(config, 3)
     randomize(model, 3)
     users, items = tables(10, 5, 5)

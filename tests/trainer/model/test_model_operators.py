@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import typing
 
 import pytest
@@ -21,6 +22,7 @@ PLAIN_PARAMETERS = {
     "linear": {"linear_transformation": (4, 4)},
     "affine": {"linear_transformation": (4, 4), "translation": (4,)},
     "complex_diagonal": {"real": (2,), "imag": (2,)},
+    "rotate": {"phase": (2,)},  # Tessera's own (PBG has no rotate)
 }
 DYNAMIC_PARAMETERS = {
     "none": {},
@@ -29,11 +31,12 @@ DYNAMIC_PARAMETERS = {
     "linear": {"linear_transformations": (3, 4, 4)},
     "affine": {"linear_transformations": (3, 4, 4), "translations": (3, 4)},
     "complex_diagonal": {"real": (3, 2), "imag": (3, 2)},
+    "rotate": {"phases": (3, 2)},
 }
 # Dynamic parameter -> the plain parameter it holds one row of per operation.
 PLAIN_OF_DYNAMIC = {"translations": "translation", "diagonals": "diagonal",
                     "linear_transformations": "linear_transformation", "real": "real",
-                    "imag": "imag"}
+                    "imag": "imag", "phases": "phase"}
 
 # Hand-computed: x = [1, 2] (for complex_diagonal, the complex number 1 + 2i).
 KNOWN = {
@@ -45,7 +48,10 @@ KNOWN = {
                [6.0, 12.0]),
     # (1 + 2i)(2 + i) = 0 + 5i
     "complex_diagonal": ({"real": [2.0], "imag": [1.0]}, [0.0, 5.0]),
+    # (1 + 2i) exp(i pi/2) = (1 + 2i) i = -2 + i
+    "rotate": ({"phase": [math.pi / 2]}, [-2.0, 1.0]),
 }
+COMPLEX_VALUED = ["complex_diagonal", "rotate"]
 
 
 def set_parameters(module: torch.nn.Module, values: dict[str, torch.Tensor]) -> None:
@@ -82,7 +88,7 @@ def test_known_value(name: str) -> None:
     operator = OPERATORS[name](2)
     set_parameters(operator, {k: torch.tensor(v) for k, v in params.items()})
     result = operator(torch.tensor([[1.0, 2.0]]))
-    assert result.tolist() == [expected]
+    assert result[0].tolist() == pytest.approx(expected, abs=1e-6)  # cos(pi / 2) is not 0
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -129,11 +135,14 @@ def test_gradients_reach_every_parameter(name: str, dynamic: bool) -> None:
         assert param.grad.abs().sum() > 0, param_name
 
 
-def test_complex_diagonal_needs_an_even_dimension() -> None:
+@pytest.mark.parametrize("name", COMPLEX_VALUED)
+def test_complex_operators_need_an_even_dimension(name: str) -> None:
+    assert OPERATORS[name].complex_valued
     with pytest.raises(ValueError, match="even dimension"):
-        OPERATORS["complex_diagonal"](5)
+        OPERATORS[name](5)
     with pytest.raises(ValueError, match="even dimension"):
-        DYNAMIC_OPERATORS["complex_diagonal"](5, 2)
+        DYNAMIC_OPERATORS[name](5, 2)
+    assert {n for n in NAMES if OPERATORS[n].complex_valued} == set(COMPLEX_VALUED)
 
 
 def test_regularizer_magnitudes_of_complex_coordinates_are_moduli() -> None:
@@ -166,3 +175,55 @@ def test_vjp_equals_autograd(name: str) -> None:
         operator.vjp(embs.detach(), upstream)
     for param_name, param in operator.named_parameters():
         torch.testing.assert_close(param.grad, 2 * expected[param_name], msg=param_name)
+
+
+def complex_rotation(embs: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
+    """The reference: embeddings as torch complex numbers (first half real, second half
+    imaginary) times exp(i phase), back to halves."""
+    half = embs.shape[-1] // 2
+    rotated = torch.complex(embs[..., :half], embs[..., half:]) * torch.polar(
+        torch.ones_like(phase), phase)
+    return torch.cat([rotated.real, rotated.imag], dim=-1)
+
+
+def test_rotate_equals_complex_multiplication_by_a_unit_number_and_its_gradients() -> None:
+    generator = torch.Generator().manual_seed(5)
+    operator = OPERATORS["rotate"](6)
+    set_parameters(operator, {"phase": 4 * torch.rand(3, generator=generator) - 2})
+    embs = torch.randn(2, 4, 6, generator=generator, requires_grad=True)
+    upstream = torch.randn(2, 4, 6, generator=generator)
+    phase = operator.phase.detach().clone().requires_grad_()
+    expected = complex_rotation(embs, phase)
+    (expected * upstream).sum().backward()
+    result = operator(embs.detach())
+    torch.testing.assert_close(result, expected.detach())
+    # Unit modulus: every complex coordinate keeps its length.
+    torch.testing.assert_close(torch.complex(result[..., :3], result[..., 3:]).abs(),
+                               torch.complex(embs[..., :3], embs[..., 3:]).abs().detach())
+    with torch.no_grad():
+        grad = operator.vjp(embs.detach(), upstream)
+    torch.testing.assert_close(grad, embs.grad)
+    torch.testing.assert_close(operator.phase.grad, phase.grad)
+
+
+def test_dynamic_rotate_equals_the_reference_and_its_gradients() -> None:
+    generator = torch.Generator().manual_seed(6)
+    operator = DYNAMIC_OPERATORS["rotate"](4, 3)
+    set_parameters(operator, {"phases": 4 * torch.rand(3, 2, generator=generator) - 2})
+    embs = torch.randn(5, 4, generator=generator)
+    idxs = torch.tensor([2, 0, 1, 2, 2])
+    upstream = torch.randn(5, 4, generator=generator)
+    phases = operator.phases.detach().clone().requires_grad_()
+    expected = complex_rotation(embs, phases[idxs])
+    (expected * upstream).sum().backward()
+    result = operator(embs, idxs)
+    (result * upstream).sum().backward()
+    torch.testing.assert_close(result.detach(), expected.detach())
+    torch.testing.assert_close(operator.phases.grad, phases.grad)
+
+
+def test_rotate_regularizes_embedding_moduli_and_not_its_phases() -> None:
+    operator = OPERATORS["rotate"](2)
+    assert operator.parameter_magnitudes() is None
+    assert DYNAMIC_OPERATORS["rotate"](2, 3).parameter_magnitudes(torch.tensor([0])) is None
+    assert operator.embedding_magnitudes(torch.tensor([[6.0, 8.0]])).tolist() == [[10.0]]

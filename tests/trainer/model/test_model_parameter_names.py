@@ -10,6 +10,8 @@ PAIRS = [
     ("rhs_operators.0.diagonal", "relations/0/operator/rhs/diagonal"),
     ("rhs_operators.12.linear_transformation", "relations/12/operator/rhs/linear_transformation"),
     ("lhs_operators.0.translations", "relations/0/operator/lhs/translations"),
+    ("rhs_operators.3.phase", "relations/3/operator/rhs/phase"),  # Tessera's rotate
+    ("lhs_operators.0.phases", "relations/0/operator/lhs/phases"),
     ("global_embs.emb_user", "entities/user/global_embedding"),
     ("global_embs.emb_page_view", "entities/page_view/global_embedding"),
 ]

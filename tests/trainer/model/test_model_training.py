@@ -12,6 +12,7 @@ import itertools
 
 import pytest
 import torch
+from model_support import random_table, ranking_accuracy
 
 from tessera.config import ConfigSchema
 from tessera.edgelist import EdgeList, EntityList
@@ -21,24 +22,6 @@ from tessera.training.optimizers import RowAdagrad, make_model_optimizer
 
 COMBINATIONS = list(itertools.product(sorted(OPERATORS), sorted(COMPARATORS), sorted(LOSSES)))
 BIPARTITE = {"user": {"num_partitions": 1}, "item": {"num_partitions": 1}}
-
-
-def random_table(rows: int, generator: torch.Generator) -> torch.Tensor:
-    return 0.1 * torch.randn(rows, 8, generator=generator)
-
-
-def ranking_accuracy(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
-                     rhs_table: torch.Tensor) -> float:
-    """The worse side's share of unmasked negatives scored below their positive."""
-    with torch.no_grad():
-        result = model(edges, lhs_table, rhs_table, num_batch_negs=len(edges),
-                       num_uniform_negs=0, mask_same_entity=True)
-    shares = []
-    for pos, neg in ((result.lhs_pos_scores, result.lhs_neg_scores),
-                     (result.rhs_pos_scores, result.rhs_neg_scores)):
-        real = neg > float("-inf")
-        shares.append(((pos.unsqueeze(1) > neg) & real).sum().item() / real.sum().item())
-    return min(shares)
 
 
 def train(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
@@ -81,10 +64,14 @@ def test_training_ranks_planted_edges_first(make_config, operator: str, comparat
     assert ranking_accuracy(model, edges, users, items) == 1.0
 
 
-def test_training_with_dynamic_relations_learns_each_relations_own_edges(make_config) -> None:
-    relations = [{"name": "bought", "lhs": "user", "rhs": "item", "operator": "complex_diagonal"}]
+@pytest.mark.parametrize(("operator", "comparator"), [
+    ("complex_diagonal", "dot"), ("rotate", "l2"), ("translation", "l1")])  # ComplEx, RotatE,
+# TransE-L1
+def test_training_with_dynamic_relations_learns_each_relations_own_edges(
+        make_config, operator: str, comparator: str) -> None:
+    relations = [{"name": "bought", "lhs": "user", "rhs": "item", "operator": operator}]
     config = make_config(entities=BIPARTITE, relations=relations, dimension=8, lr=0.1,
-                         comparator="dot", loss_fn="softmax", dynamic_relations=True,
+                         comparator=comparator, loss_fn="softmax", dynamic_relations=True,
                          global_emb=False, num_batch_negs=24, num_uniform_negs=0)
     model = EmbeddingModel(config, 3)
     generator = torch.Generator().manual_seed(0)

@@ -114,7 +114,10 @@ def compare(comparator: str, queries: np.ndarray, candidates: np.ndarray) -> np.
         unit_q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
         unit_c = candidates / np.linalg.norm(candidates, axis=1, keepdims=True)
         return unit_q @ unit_c.T
-    squared = ((queries[:, None, :] - candidates[None, :, :]) ** 2).sum(-1)
+    difference = queries[:, None, :] - candidates[None, :, :]
+    if comparator == "l1":
+        return -np.abs(difference).sum(-1)
+    squared = (difference ** 2).sum(-1)
     return -np.sqrt(squared) if comparator == "l2" else -squared
 
 
@@ -136,7 +139,7 @@ def assert_same(found: list[Neighbor],
                                atol=1e-5)
 
 
-@pytest.mark.parametrize("comparator", ["dot", "cos", "l2", "squared_l2"])
+@pytest.mark.parametrize("comparator", ["dot", "cos", "l2", "squared_l2", "l1"])
 def test_similarity_matches_brute_force(tmp_path: Path, comparator: str) -> None:
     written = write_checkpoint(base_config(str(tmp_path), comparator=comparator))
     table = np.concatenate(written["tables"]["node"])
@@ -182,6 +185,24 @@ def test_relation_scores_through_the_operator(tmp_path: Path, side: str) -> None
         expected = expected_top(scores, all_node_names(), 6, exclude=None)
         found = model.neighbors("i7", k=6, relation="buys", side="lhs")
     assert_same(found, expected)
+
+
+def test_rotate_relation_scores_rotated_items_by_distance(tmp_path: Path) -> None:
+    """RotatE (`rotate` with `l2`): (n, buys, ?) scores item i as -|n - i exp(i phase)|, the
+    phases read back from the model file."""
+    config = base_config(str(tmp_path), comparator="l2", relations=[
+        {"name": "link", "lhs": "node", "rhs": "node", "operator": "translation"},
+        {"name": "buys", "lhs": "node", "rhs": "item", "operator": "rotate"}])
+    written = write_checkpoint(config)
+    phase = written["model"].rhs_operators[1].phase.detach().numpy()
+    items = written["tables"]["item"][0]
+    half = DIMENSION // 2
+    rotated = (items[:, :half] + 1j * items[:, half:]) * np.exp(1j * phase)
+    items_rotated = np.concatenate([rotated.real, rotated.imag], axis=1)
+    query = np.concatenate(written["tables"]["node"])[all_node_names().index("n2_5")]
+    expected = expected_top(compare("l2", query[None, :], items_rotated)[0], item_names(40), 6,
+                            exclude=None)
+    assert_same(tessera.load(config).neighbors("n2_5", k=6, relation="buys"), expected)
 
 
 @pytest.mark.parametrize("side", ["rhs", "lhs"])

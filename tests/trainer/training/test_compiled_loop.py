@@ -9,6 +9,7 @@ whose kernels the closed-form tests hold equal to autograd, and the optimizers) 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from tessera import kernels
 from tessera.config import parse_config
 from tessera.edgelist import EdgeList
 from tessera.model import EmbeddingModel
+from tessera.model.negatives import degree_pools
 from tessera.training import compiled_loop
 from tessera.training.optimizers import DenseAdagrad, RowAdagrad, make_model_optimizer
 from tessera.training.partitions import Partition
@@ -121,7 +123,8 @@ def test_the_compiled_loop_trains_what_the_batch_loop_trains(case: str) -> None:
 
 def test_a_setup_the_compiled_loop_does_not_cover_takes_the_batch_loop() -> None:
     for overrides in ({"comparator": "cos"}, {"loss_fn": "softmax"},
-                      {"operator": "diagonal"}, {"max_norm": 1.0}, {"bias": True},
+                      {"operator": "diagonal"}, {"operator": "rotate"}, {"comparator": "l1"},
+                      {"max_norm": 1.0}, {"bias": True},
                       {"regularization_coef": 0.1, "regularizer": "N3"}):
         state, task = worker_case(**overrides)
         assert not compiled_loop.handles(state, task), overrides
@@ -233,3 +236,34 @@ def test_one_compiled_batch_equals_autograd_and_the_torch_optimizers(case: str) 
                                       reference_state.model.parameters()):
         torch.testing.assert_close(param.detach(), reference_param.detach(),
                                    rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["default setup, one table", "two entity types",
+                                  "no uniform negatives", "several compiled calls"])
+def test_degree_negatives_train_in_the_compiled_loop_as_in_the_batch_loop(case: str) -> None:
+    """`num_degree_negs`: drawn per chunk after the uniform ones, from the bucket's pools,
+    by both loops alike."""
+    state, task = worker_case(**CASES[case])
+    pools = degree_pools(task.edges, task.lhs_keys, task.rhs_keys,
+                         lambda key: task.partitions[key].embeddings)
+    task = dataclasses.replace(task, degree_pools=pools, settings=dataclasses.replace(
+        task.settings, num_degree_negs=4))
+    assert compiled_loop.handles(state, task)
+    (loss, count, *batch_loop), (compiled_loss, compiled_count, *compiled) = \
+        train_both_ways(state, task)
+    assert count == compiled_count == len(task.edges)
+    assert compiled_loss == pytest.approx(loss, rel=1e-6)
+    for expected, actual in zip(batch_loop, compiled):
+        for want, got in zip(expected, actual):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # The degree draws changed what trained: not the run without them.
+    plain_state, plain_task = worker_case(**CASES[case])
+    plain_loss = train_part(plain_state, plain_task, compiled=True).loss
+    assert plain_loss != pytest.approx(compiled_loss, rel=1e-6)
+
+
+def test_reciprocal_relations_take_the_batch_loop() -> None:
+    state, task = worker_case(reciprocal_relations=True)
+    assert state.model.num_relations == 2
+    assert not compiled_loop.covers(state.model.config)
+    assert not compiled_loop.handles(state, task)

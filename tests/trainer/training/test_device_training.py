@@ -44,11 +44,21 @@ def run(graph: PlantedGraph, name: str, devices: list[torch.device] | None,
     return summary, lhs, rhs
 
 
-def test_the_device_path_trains_what_the_cpu_path_trains(graph: PlantedGraph) -> None:
+# The default model and Tessera's own: `rotate` (on the CPU path, in closed form with `dot`,
+# through autograd with `l2`: RotatE) and TransE-L1.
+ROTATE = [{"name": "link", "lhs": "node", "rhs": "node", "operator": "rotate"}]
+MODELS = {"translation-dot": {}, "rotate-dot": {"relations": ROTATE},
+          "RotatE": {"comparator": "l2", "relations": ROTATE}, "TransE-L1": {"comparator": "l1"}}
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_device_path_trains_what_the_cpu_path_trains(graph: PlantedGraph,
+                                                         model: str) -> None:
     # One Hogwild worker and the device path draw the same batches and negatives: only the
     # kernels' and torch's rounding differ.
-    cpu_summary, *cpu_tables = run(graph, "cpu", devices=[])
-    device_summary, *device_tables = run(graph, "device", devices=[CPU])
+    cpu_summary, *cpu_tables = run(graph, f"cpu-{model}", devices=[], **MODELS[model])
+    device_summary, *device_tables = run(graph, f"device-{model}", devices=[CPU],
+                                         **MODELS[model])
     for cpu_table, device_table in zip(cpu_tables, device_tables):
         np.testing.assert_allclose(device_table, cpu_table, atol=1e-4)
     assert device_summary.last_loss == pytest.approx(cpu_summary.last_loss, rel=1e-4)

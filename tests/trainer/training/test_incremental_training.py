@@ -167,7 +167,8 @@ NEW_ROWS = [f"n{i % 10}\ta\tm{(i * 7) % 20}\n" for i in range(200)]
 def replay_graph(request, tmp_path: Path) -> tuple[ConfigSchema, ConfigSchema]:
     """100 nodes trained into root/first; then the same edges plus NEW_ROWS imported into the
     same entity folder, to train from that checkpoint (no edge held out, no uniform negatives,
-    so only the entities of trained edges move)."""
+    so only the entities of trained edges move; the old edges are in the grown edge set, so
+    none is replayed)."""
     if request.param == "local":
         root, options = str(tmp_path / "out"), {}
     else:
@@ -179,7 +180,7 @@ def replay_graph(request, tmp_path: Path) -> tuple[ConfigSchema, ConfigSchema]:
                  RELATION_COLUMN, QUIET)
     train(parse_config(old), QUIET)
     grown = config_dict(root, options, "grown", init_path=f"{root}/first", eval_fraction=0,
-                        num_uniform_negs=0, num_epochs=2)
+                        num_uniform_negs=0, num_epochs=2, replay_paths=[])
     import_edges(parse_config(grown), [write_rows(tmp_path / "grown.tsv", old_rows + NEW_ROWS)],
                  RELATION_COLUMN, QUIET)
     return parse_config(old), parse_config(grown)

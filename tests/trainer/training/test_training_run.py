@@ -129,6 +129,25 @@ def test_two_hogwild_workers_train_as_well(tmp_path: Path, monkeypatch: pytest.M
     assert filtered_test_mrr(graph) > 0.08
 
 
+@pytest.mark.parametrize(("operator", "comparator", "parameter"), [
+    ("rotate", "l2", "phase"), ("translation", "l1", "translation")],
+    ids=["RotatE", "TransE-L1"])
+def test_tessera_only_models_learn_and_save_their_parameters(
+        tmp_path: Path, operator: str, comparator: str, parameter: str) -> None:
+    """Whole runs of two Hogwild workers (processes: the compiled loop covers neither); the
+    model file names the operator's parameter in PBG's pattern, and evaluation reads it."""
+    graph = write_planted_graph(tmp_path, 2)
+    model = {"comparator": comparator, "relations": [
+        {"name": "link", "lhs": "node", "rhs": "node", "operator": operator}]}
+    summary = train(parse_config(graph.config(workers=2, **model)), QUIET)
+    assert filtered_test_mrr(graph, **model) > 0.08  # random: about 0.016
+    with h5py.File(graph.root / "checkpoints" / f"model.v{summary.checkpoint_version}.h5",
+                   "r") as file:
+        dataset = file[f"model/relations/0/operator/rhs/{parameter}"]
+        assert dataset.attrs["state_dict_key"] == f"rhs_operators.0.{parameter}"
+        assert np.abs(dataset[()]).sum() > 0  # trained away from the identity
+
+
 def test_held_out_edges_are_ranked_before_and_after_each_bucket(tmp_path: Path) -> None:
     graph = write_planted_graph(tmp_path, 2, num_edges=3000)
     train(parse_config(graph.config(num_epochs=3, eval_fraction=0.1)), QUIET)

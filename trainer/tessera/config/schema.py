@@ -11,11 +11,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-OperatorName = Literal["none", "translation", "diagonal", "linear", "affine", "complex_diagonal"]
-ComparatorName = Literal["dot", "cos", "l2", "squared_l2"]
+OperatorName = Literal["none", "translation", "diagonal", "linear", "affine", "complex_diagonal",
+                       "rotate"]
+ComparatorName = Literal["dot", "cos", "l2", "squared_l2", "l1"]
 LossName = Literal["ranking", "logistic", "softmax"]
 BucketOrderName = Literal["random", "affinity", "inside_out", "outside_in"]
 RegularizerName = Literal["N3"]
+TrackingName = Literal["none", "tensorboard"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, minimum: float | None = None,
@@ -53,7 +55,8 @@ class RelationSchema:
     weight: float = option(1.0, help="Multiplier of this relation's loss.", minimum=0)
     operator: OperatorName = option(
         "none", help="Transformation applied to the right-hand side embedding "
-        "(to both sides, one operator each, with dynamic relations) before comparison.")
+        "(to both sides, one operator each, with dynamic relations) before comparison. "
+        "`rotate` (RotatE: a rotation of each complex coordinate) is Tessera only.")
     all_negs: bool = option(
         False, help="Use every entity of the partition as a negative instead of sampling.")
 
@@ -77,7 +80,8 @@ class ConfigSchema:
     global_emb: bool = option(
         True, help="Add a learned per-entity-type embedding to every entity of that type.")
     comparator: ComparatorName = option(
-        "cos", help="How a left-hand and a right-hand embedding are scored against each other.")
+        "cos", help="How a left-hand and a right-hand embedding are scored against each other. "
+        "`l1` (negated L1 distance, TransE-L1 with `translation`) is Tessera only.")
     bias: bool = option(
         False, help="Use the first coordinate of each embedding as a bias term of the score.")
     loss_fn: LossName = option("ranking", help="Loss that contrasts positives with negatives.")
@@ -97,9 +101,16 @@ class ConfigSchema:
         None, help="Checkpoint directory to initialise the embeddings and the model from.")
     init_old_edge_fraction: float = option(
         1.0, help="Tessera only: with an init_path checkpoint of a smaller graph, the share of "
-        "the edges between entities it already has that trains in each epoch (drawn anew "
-        "each epoch from `seed`); 1 trains all edges, as PBG does, 0 only the edges that "
-        "touch a new entity.", minimum=0, maximum=1)
+        "the edges between entities it already has (replayed ones included) that trains in "
+        "each epoch (drawn anew each epoch from `seed`); 1 trains all edges, as PBG does, 0 "
+        "only the edges that touch a new entity (and forgets the old ones).", minimum=0,
+        maximum=1)
+    replay_paths: list[str] | None = option(
+        None, help="Tessera only: with an init_path, edge paths of old edges mixed into every "
+        "bucket of each epoch (each edge once an epoch, sampled as init_old_edge_fraction "
+        "says), so that a model trained on new edges does not forget the old ones. Unset: "
+        "with an init_path checkpoint of a smaller graph, the edge paths it was trained on "
+        "that edge_paths does not name; [] replays nothing.")
     checkpoint_preservation_interval: int | None = option(
         None, help="Keep a copy of the checkpoint every this many epochs (others are deleted).",
         minimum=1)
@@ -131,6 +142,10 @@ class ConfigSchema:
         minimum=0)
     num_uniform_negs: int = option(
         50, help="Negatives drawn uniformly from the partition.", minimum=0)
+    num_degree_negs: int = option(
+        0, help="Tessera only: negatives drawn in proportion to degree, an entity's number of "
+        "training edges in the bucket chunk being trained (so from its partition), besides "
+        "the batch and uniform ones; 0 draws none, as PBG.", minimum=0)
     disable_lhs_negs: bool = option(False, help="Do not corrupt the left-hand side.")
     disable_rhs_negs: bool = option(False, help="Do not corrupt the right-hand side.")
     lr: float = option(1e-2, help="Learning rate of the embeddings (Adagrad).", minimum=0)
@@ -143,6 +158,9 @@ class ConfigSchema:
         1000, help="Batch negatives used when evaluating during training.", minimum=0)
     eval_num_uniform_negs: int = option(
         1000, help="Uniform negatives used when evaluating during training.", minimum=0)
+    eval_num_degree_negs: int = option(
+        0, help="Tessera only: negatives drawn in proportion to degree (as num_degree_negs) "
+        "when evaluating during training.", minimum=0)
     early_stopping: bool = option(
         False, help="Stop when the held-out metrics stop improving between epochs.")
     background_io: bool = option(
@@ -166,6 +184,23 @@ class ConfigSchema:
     dynamic_relations: bool = option(
         False, help="Treat `relations[0]` as a template for many relation types whose count "
         "is read from dynamic_rel_count.txt; batches then mix relation types.")
+    reciprocal_relations: bool = option(
+        False, help="Tessera only: train each edge (u, r, v) also as (v, r_inverse, u), each "
+        "relation's inverse with parameters of its own (relation r + R of the model file, R "
+        "relations), and rank left-hand sides of (?, r, v) as right-hand sides of "
+        "(v, r_inverse, ?). With disable_lhs_negs, all_negs and softmax: 1-vs-all training "
+        "(Lacroix et al. 2018). PBG cannot load the model file.")
+
+    # Experiment tracking.
+    tracking: TrackingName = option(
+        "none", help="Tessera only: `tensorboard` writes TensorBoard event files of the "
+        "training curves (loss, held-out MRR and Hits@k, edges/s; per bucket chunk and per "
+        "epoch) from the stats of each committed checkpoint; needs the `tracking` extra "
+        "(tensorboardX). In a distributed job trainer 0 writes them, for every trainer.")
+    tracking_path: str | None = option(
+        None, help="Tessera only: directory (path or URL) of the tracking files; defaults to "
+        "`tensorboard` in checkpoint_path. On an object store they are written in a local "
+        "temporary folder and uploaded after each checkpoint.")
 
     # Distributed training.
     num_machines: int = option(1, help="Number of trainer machines.", minimum=1)

@@ -153,9 +153,7 @@ def check_consistency(config: ConfigSchema) -> None:
         raise ConfigError("relations", "with dynamic_relations: true, exactly one relation must "
                           "be declared (it is the template of all relation types); got "
                           f"{len(config.relations)}")
-    if config.disable_lhs_negs and config.disable_rhs_negs:
-        raise ConfigError("disable_rhs_negs", "disable_lhs_negs and disable_rhs_negs are both "
-                          "true, so no negatives would be sampled; enable at least one side")
+    _check_corrupted_sides(config)
     if config.half_precision and config.num_gpus == 0:
         raise ConfigError("half_precision", "half precision needs GPU training; set num_gpus "
                           "> 0 or half_precision: false")
@@ -167,3 +165,16 @@ def check_consistency(config: ConfigSchema) -> None:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
     check_transport_keys(config)
     check_not_redacted(config.storage_options)
+
+
+def _check_corrupted_sides(config: ConfigSchema) -> None:
+    """Some side must be corrupted; with reciprocal relations the right-hand one, which ranks
+    both sides (one per direction)."""
+    if config.disable_lhs_negs and config.disable_rhs_negs:
+        raise ConfigError("disable_rhs_negs", "disable_lhs_negs and disable_rhs_negs are both "
+                          "true, so no negatives would be sampled; enable at least one side")
+    if config.reciprocal_relations and config.disable_rhs_negs:
+        raise ConfigError("disable_rhs_negs", "with reciprocal_relations each side is ranked as "
+                          "the right-hand side of one direction, so right-hand negatives are "
+                          "needed; set disable_rhs_negs: false (disable_lhs_negs: true "
+                          "trains each direction on its right-hand side only)")

@@ -37,6 +37,13 @@ class GraphData:
         return [Directory.from_config(path, self.config) for path in self.config.edge_paths]
 
     @cached_property
+    def replay_dirs(self) -> list[Directory]:
+        """The old edge sets mixed into every bucket (`replay_paths`, as the trainer resolved
+        it from the init_path checkpoint)."""
+        return [Directory.from_config(path, self.config)
+                for path in self.config.replay_paths or []]
+
+    @cached_property
     def entity_counts(self) -> dict[str, list[int]]:
         return read_entity_counts(self.entity_dir, self.config)
 
@@ -69,6 +76,16 @@ class GraphData:
                     for part, count in enumerate(counts))
         return rows if grown else None
 
+    def between_known(self, bucket: Bucket, edges: EdgeList) -> torch.Tensor:
+        """Which of a bucket's edges join two entities the `init_path` checkpoint has (all,
+        when nothing grew)."""
+        known = self.known_rows
+        if known is None:
+            return torch.ones(len(edges), dtype=torch.bool)
+        lhs_keys, rhs_keys = self.partition_keys(bucket)
+        return (_known_side(edges.lhs, edges.rel, [known[key] for key in lhs_keys])
+                & _known_side(edges.rhs, edges.rel, [known[key] for key in rhs_keys]))
+
     @cached_property
     def num_relations(self) -> int:
         """Relation types: the config's, or with dynamic relations the imported count."""
@@ -96,10 +113,28 @@ class GraphData:
     def max_bucket_size(self) -> int:
         return max((size for sizes in self.bucket_sizes for size in sizes.values()), default=0)
 
+    @cached_property
+    def replay_sizes(self) -> list[dict[Bucket, int]]:
+        """Edges per bucket of each replay path, read once."""
+        return [{b: read_bucket_size(directory, b.lhs, b.rhs) for b in self.bucket_grid()}
+                for directory in self.replay_dirs]
+
     def read_edges(self, edge_path_idx: int, bucket: Bucket, start: int = 0,
                    stop: int | None = None) -> EdgeList:
         """Edges [start, stop) of a bucket, checked against the entity counts."""
-        directory = self.edge_dirs[edge_path_idx]
+        return self._read(self.edge_dirs[edge_path_idx], bucket, start, stop)
+
+    def read_replay(self, bucket: Bucket, part: int, num_parts: int) -> EdgeList | None:
+        """Part `part` of `num_parts` contiguous parts of the bucket's replayed edges, from
+        every replay path (None: nothing is replayed)."""
+        if not self.replay_dirs:
+            return None
+        return EdgeList.cat([
+            self._read(directory, bucket, *chunk_range(sizes[bucket], part, num_parts))
+            for directory, sizes in zip(self.replay_dirs, self.replay_sizes)])
+
+    def _read(self, directory: Directory, bucket: Bucket, start: int,
+              stop: int | None) -> EdgeList:
         edges = read_bucket(directory, bucket.lhs, bucket.rhs, start, stop,
                             num_relations=self.num_relations)
         file = directory.url_of(bucket_file(bucket.lhs, bucket.rhs))
@@ -152,6 +187,14 @@ class GraphData:
                               f"{rel[row]}) is out of range for entity type "
                               f"'{types[rel[row]]}' partition {part}, which has "
                               f"{limits[rel[row]]} rows; re-import the data or fix entity_path")
+
+
+def _known_side(side: EntityList, rel: torch.Tensor, known_rows: list[int]) -> torch.Tensor:
+    """Which edges have a known entity on this side (`known_rows`: per relation type). A
+    featurized side counts as known: its rows are features, not entities."""
+    if side.is_featurized:
+        return torch.ones(len(side), dtype=torch.bool)
+    return side.ids < torch.tensor(known_rows, dtype=torch.long)[rel]
 
 
 def check_has_edges(data: GraphData) -> None:

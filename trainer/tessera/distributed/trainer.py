@@ -34,6 +34,7 @@ from ..training.coordinator import (
     report_early_stop,
 )
 from ..training.devices import training_devices
+from ..training.init_growth import with_replay
 from ..training.partitions import PartitionLoader
 from ..training.schedule import TrainingSchedule
 from ..training.worker import ModelState
@@ -137,11 +138,11 @@ class DistributedCheckpointer:
         started = time.monotonic()
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         self.backend.write_checkpoint(version, metadata)
-        self.store.commit(version, self.config.to_dict(),
-                          stats=self.lock.position_records(position),
+        stats = self.lock.position_records(position)
+        self.store.commit(version, self.config.to_dict(), stats=stats,
                           preserve_as=preserved_as(self.config, self.schedule, position))
         publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
-                           time.monotonic() - started)
+                           time.monotonic() - started, stats)
         stop = self.lock.committed(position, version)
         if stop:
             report_early_stop(self.reporter, position)
@@ -154,6 +155,7 @@ def run_trainer(config: ConfigSchema, rank: int, settings: DistributedSettings,
     check_trainable(config)
     layout = WorldLayout.from_config(config)
     layout.check_rank(Role.TRAINER, rank)
+    config = with_replay(config, reporter)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - fail before joining on a bad entity_path
     check_has_edges(data)

@@ -27,13 +27,14 @@ from ..edgelist import EdgeList
 from ..log_records import EVALUATION_FINISHED
 from ..model import EmbeddingModel
 from ..model.model_io import load_model
+from ..model.negatives import degree_negatives, degree_pools
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore, read_consistently, unread
 from ..storage.entity_features import EntityFeatures
 from .featurized import entity_tables, featurized_side_ids, read_featurized_entities
 from .filtering import KnownEdges, mask_known
 from .metrics import RankingMetrics
-from .sampled import TablesOf, rank_against_sampled
+from .sampled import DegreeOf, TablesOf, rank_against_sampled
 
 # Upper bound on batch x candidates scores computed at once in filtered mode.
 MAX_SCORES_PER_BATCH = 20_000_000
@@ -81,9 +82,21 @@ def _raw(config: ConfigSchema, data: GraphData, store: CheckpointStore, version:
                 model, edges, _tables_of(tables, lhs_keys, rhs_keys),
                 batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
                 num_uniform_negs=config.num_uniform_negs,
-                dynamic_relations=config.dynamic_relations))
-            task.advance(len(edges))
+                dynamic_relations=config.dynamic_relations, ranked=task.advance,
+                degree_of=_degree_of(config, edges, tables, lhs_keys, rhs_keys)))
     return metrics
+
+
+def _degree_of(config: ConfigSchema, edges: EdgeList, tables: dict[tuple[str, int], torch.Tensor],
+               lhs_keys: list[tuple[str, int]], rhs_keys: list[tuple[str, int]]
+               ) -> DegreeOf | None:
+    """Each relation's degree negatives (`num_degree_negs`), by degree among the edges of the
+    bucket ranked; None without any."""
+    if not config.num_degree_negs:
+        return None
+    pools = degree_pools(edges, lhs_keys, rhs_keys, tables.__getitem__)
+    return lambda relation: degree_negatives(config.num_degree_negs, pools, lhs_keys[relation],
+                                             rhs_keys[relation])
 
 
 def _hold_partitions(tables: dict[tuple[str, int], torch.Tensor],
@@ -104,6 +117,8 @@ def _ranked_against(config: ConfigSchema, data: GraphData, filtered: bool,
     sides = " and ".join(side for side, disabled in (("lhs", config.disable_lhs_negs),
                                                      ("rhs", config.disable_rhs_negs))
                          if not disabled)
+    if config.reciprocal_relations:  # each side is the right-hand side of one direction
+        sides = "lhs (as the rhs of the relation's inverse) and rhs"
     if filtered:
         return (f"each edge's {sides} against every entity of its type, other true edges "
                 f"(of {', '.join(filter_paths)}) not counted (filtered)")
@@ -115,8 +130,11 @@ def _ranked_against(config: ConfigSchema, data: GraphData, filtered: bool,
              "uniform sampled negatives (num_batch_negs, num_uniform_negs; uniform ones drawn "
              "with replacement, the true entity itself not counted), other true edges counted "
              "as mistakes (unfiltered; see --filtered)")
+    if config.num_degree_negs:
+        words += (f"; also {config.num_degree_negs} negatives drawn by degree in the bucket "
+                  "(num_degree_negs)")
     largest = max(max(counts) for counts in data.entity_counts.values())
-    repeats = (batch + config.num_uniform_negs) / largest
+    repeats = (batch + config.num_uniform_negs + config.num_degree_negs) / largest
     if repeats > 1.5:
         words += (f"; with at most {largest} entities per partition each wrong entity is "
                   f"counted about {repeats:.0f} times, so ranks are about {repeats:.0f} times "
@@ -129,9 +147,12 @@ def _filtered(config: ConfigSchema, data: GraphData, store: CheckpointStore, ver
     featurized = read_featurized_entities(data)
     # Every relation scores against all entities; nothing is sampled. A featurized type is
     # ranked as a plain one whose rows are its entities' embeddings (from their features).
+    # With reciprocal relations both sides are ranked as right-hand sides (of r and of its
+    # inverse): left-hand corruptions would be scored for nothing.
     plain_config = dataclasses.replace(
-        config, relations=[dataclasses.replace(relation, all_negs=True)
-                           for relation in config.relations],
+        config, disable_lhs_negs=config.disable_lhs_negs or config.reciprocal_relations,
+        relations=[dataclasses.replace(relation, all_negs=True)
+                   for relation in config.relations],
         entities={name: dataclasses.replace(entity, featurized=False)
                   for name, entity in config.entities.items()})
     model = _load_model(plain_config, data, store, version)

@@ -2,23 +2,48 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..errors import FormatError
+
+Column = int | str  # a 0-based index, or a name from the input's header or schema
+
 
 @dataclass(frozen=True)
 class Columns:
-    """Which 0-based columns hold the left entity, the right entity and the relation."""
+    """Which columns hold the left entity, the right entity and the relation: 0-based
+    indices, or names that `resolved` turns into the indices of one input."""
 
-    lhs: int
-    rhs: int
-    rel: int | None = None
+    lhs: Column
+    rhs: Column
+    rel: Column | None = None
+
+    @property
+    def by_name(self) -> bool:
+        return any(isinstance(column, str) for column in (self.lhs, self.rhs, self.rel))
 
     @property
     def needed(self) -> list[int]:
-        return sorted({self.lhs, self.rhs} | ({self.rel} if self.rel is not None else set()))
+        """The indices read (of resolved columns)."""
+        chosen = {self.lhs, self.rhs} | ({self.rel} if self.rel is not None else set())
+        return sorted(column for column in chosen if isinstance(column, int))
+
+    def resolved(self, header: Sequence[str], url: str) -> Columns:
+        """The columns as indices into `header` (the input's column names)."""
+        def index(role: str, column: Column | None) -> int | None:
+            if not isinstance(column, str):
+                return column
+            if column not in header:
+                raise FormatError(url, f"no column is named {column!r} (the {role} column); "
+                                       f"its columns: {', '.join(header) or 'none'}")
+            return list(header).index(column)
+
+        lhs, rhs = index("lhs", self.lhs), index("rhs", self.rhs)
+        assert lhs is not None and rhs is not None
+        return Columns(lhs, rhs, index("rel", self.rel))
 
     def roles(self) -> str:
         """The columns in words, for messages: "lhs=0, rhs=2, rel=1"."""
@@ -44,8 +69,9 @@ class EdgeBlock:
                    fraction_read: float | None,
                    row_location: Callable[[int], str]) -> EdgeBlock:
         """A block from the needed columns, by column index."""
+        assert isinstance(columns.lhs, int) and isinstance(columns.rhs, int)
         return cls(chosen[columns.lhs], chosen[columns.rhs],
-                   chosen[columns.rel] if columns.rel is not None else None,
+                   chosen[columns.rel] if isinstance(columns.rel, int) else None,
                    first_row, fraction_read, row_location)
 
     def __len__(self) -> int:

@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 class ImportOptions:
     """Options of one import; the defaults read `lhs<TAB>rhs` lines of the first relation.
 
-    Column indices are 0-based, as PBG's `--lhs-col`, `--rel-col` and `--rhs-col`.
+    Column indices are 0-based, as PBG's `--lhs-col`, `--rel-col` and `--rhs-col`; a column
+    can also be named, as the header line of a text input (`--header`) or a Parquet schema
+    names it.
     """
 
-    lhs_col: int = 0
-    rhs_col: int = 1
+    lhs_col: int | str = 0
+    rhs_col: int | str = 1
     # None: every edge is of relation 0, and the config must declare exactly one relation.
-    rel_col: int | None = None
+    rel_col: int | str | None = None
     # "tsv", "csv" or "parquet"; None: from the file extension (.tsv/.txt, .csv, .parquet),
     # ignoring a compression suffix such as .gz.
     input_format: str | None = None

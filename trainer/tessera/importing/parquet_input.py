@@ -1,4 +1,5 @@
-"""Parquet edge lists read by record batches, the chosen columns (by index) as names."""
+"""Parquet edge lists read by record batches, the chosen columns (by index or by name) as
+names."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def parquet_blocks(url: str, file: IO[bytes], columns: Columns,
     except (pa.ArrowInvalid, OSError) as error:
         raise FormatError(url, f"not a readable Parquet file ({error})") from error
     names = parquet.schema_arrow.names
+    columns = columns.resolved(names, url)
     for index in columns.needed:
         if index >= len(names):
             raise FormatError(url, f"column {index} is needed but the file has {len(names)} "

@@ -105,7 +105,7 @@ def _check_inputs(config: ConfigSchema, inputs: Sequence[str]) -> None:
 def _check_options(options: ImportOptions) -> None:
     for flag in ("lhs_col", "rhs_col", "rel_col"):
         value = getattr(options, flag)
-        if value is not None and value < 0:
+        if isinstance(value, int) and value < 0:
             raise BadInputError(f"{flag} must be a 0-based column index, got {value}")
     if options.rel_col is not None and options.rel_col in (options.lhs_col, options.rhs_col):
         raise BadInputError(f"rel_col ({options.rel_col}) must differ from lhs_col and rhs_col")

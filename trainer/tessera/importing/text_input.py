@@ -9,6 +9,7 @@ the same number of columns as the first; empty lines are ignored.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -73,8 +74,9 @@ class DelimitedText:
                skip_rows: int = 0) -> Iterator[EdgeBlock]:
         """Blocks of at most `block_edges` rows; `size` (None: unknown) gives the progress."""
         first_row = 0
-        parsed = ((chunk, self._parse(chunk))
-                  for chunk in line_chunks(file, block_edges, skip_rows))
+        header: list[bytes] = []
+        parsed = ((chunk, self._parse(chunk, header))
+                  for chunk in line_chunks(file, block_edges, skip_rows, header))
         for chunk, table in parsed:
             chosen = {index: _one_array(table.column(f"f{index}"))
                       for index in self.columns.needed}
@@ -87,7 +89,9 @@ class DelimitedText:
                     lambda row, chunk=chunk, start=start: chunk.location(start + row))
             first_row += table.num_rows
 
-    def _parse(self, chunk: LineChunk) -> pa.Table:
+    def _parse(self, chunk: LineChunk, header: list[bytes]) -> pa.Table:
+        if self.columns.by_name:  # the last line skipped names the columns
+            self.columns = self.columns.resolved(self._header(header), self.url)
         needed = [f"f{index}" for index in self.columns.needed]
         if not self.column_names:
             first_line = chunk.first_nonempty_line()
@@ -118,6 +122,16 @@ class DelimitedText:
                 raise self._bad_row_error(chunk, invalid_rows[0]) from None
             raise FormatError(self.url, f"{chunk.span()}: cannot parse ({error})") from None
 
+    def _header(self, skipped: list[bytes]) -> list[str]:
+        """The column names: the fields of the last line skipped, as written."""
+        if not skipped:
+            raise FormatError(self.url, f"columns are given by name ({self.columns.roles()}), "
+                                        "but no header line names them: pass --header")
+        quoting = csv.QUOTE_MINIMAL if self.parse_options["quote_char"] else csv.QUOTE_NONE
+        line = skipped[-1].decode("utf-8", errors="replace")
+        return next(csv.reader([line], delimiter=self.parse_options["delimiter"],
+                               quoting=quoting), [])
+
     def _first_line_columns(self, first_line: bytes, chunk: LineChunk) -> list[str]:
         table = pa_csv.read_csv(pa.BufferReader(first_line + b"\n"),
                                 read_options=pa_csv.ReadOptions(autogenerate_column_names=True),
@@ -144,8 +158,10 @@ def _one_array(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def line_chunks(file: IO[bytes], block_edges: int, skip_rows: int = 0) -> Iterator[LineChunk]:
-    """The file after `skip_rows` header lines, as chunks of about `block_edges` lines."""
+def line_chunks(file: IO[bytes], block_edges: int, skip_rows: int = 0,
+                skipped: list[bytes] | None = None) -> Iterator[LineChunk]:
+    """The file after `skip_rows` header lines, as chunks of about `block_edges` lines; the
+    lines skipped are added to `skipped` (before the first chunk comes)."""
     pending = file.read(SAMPLE_BYTES)
     consumed = len(pending)
     line = 1
@@ -158,6 +174,8 @@ def line_chunks(file: IO[bytes], block_edges: int, skip_rows: int = 0) -> Iterat
             consumed += len(more)
             pending += more
             continue
+        if skipped is not None:
+            skipped.append(pending[:end].rstrip(b"\r"))
         pending = pending[end + 1:]
         line += 1
     chunk_bytes = _chunk_bytes(pending, block_edges)

@@ -34,7 +34,7 @@ from .. import kernels
 from ..edgelist import EdgeList, EntityList
 from .comparators import Comparator
 from .losses import Loss, RankingLoss, SoftmaxLoss
-from .negatives import PADDING, Chunking, SideNegatives, negative_mask
+from .negatives import PADDING, Chunking, DegreeNegatives, SideNegatives, negative_mask
 from .operators import Operator, TranslationOperator, accumulate_grad, summed_over_rows
 from .rows import RowGradients, gather_rows
 from .scalars import batch_scalar
@@ -54,16 +54,18 @@ def supports_closed_form(model: EmbeddingModel) -> bool:
 
 
 @torch.no_grad()  # gradients are computed here, not recorded
-def closed_form_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
-                          rhs_table: torch.Tensor, *, num_batch_negs: int,
-                          num_uniform_negs: int, generator: torch.Generator | None
-                          ) -> tuple[float | torch.Tensor, list[RowGradients]]:
+def closed_form_gradients(  # noqa: PLR0913 (a batch's settings, keyword-only)
+        model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
+        rhs_table: torch.Tensor, *, num_batch_negs: int, num_uniform_negs: int,
+        generator: torch.Generator | None, degree: DegreeNegatives | None = None,
+        inverse: bool = False) -> tuple[float | torch.Tensor, list[RowGradients]]:
     """The loss of `edges` and the gradients of the table rows it used; the model parameters'
-    gradients are added to their `.grad`. Only for models `supports_closed_form` accepts."""
+    gradients are added to their `.grad`. Only for models `supports_closed_form` accepts;
+    one direction (`EmbeddingModel.directions`) at a time."""
     plan = model.plan_batch(edges, len(lhs_table), len(rhs_table),
                             num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
-                            generator=generator)
-    relation = model.config.relations[plan.relation_index]
+                            generator=generator, degree=degree, inverse=inverse)
+    relation = model.relations[plan.relation_index]
     lhs = SideLayout.of(plan.chunking, edges.lhs, plan.lhs_negatives)
     rhs = SideLayout.of(plan.chunking, edges.rhs, plan.rhs_negatives)
     gathered, touched = gather_rows([(lhs_table, [lhs.rows]), (rhs_table, [rhs.rows])],

@@ -22,9 +22,10 @@ def check_model_config(config: ConfigSchema) -> None:
             raise ConfigError(path, f"its entity types '{relation.lhs}' (dimension {lhs_dim}) "
                               f"and '{relation.rhs}' (dimension {rhs_dim}) cannot be compared; "
                               "give them the same dimension")
-        if relation.operator == "complex_diagonal" and rhs_dim % 2 != 0:
-            raise ConfigError(f"{path}.operator", "complex_diagonal splits embeddings into real "
-                              f"and imaginary halves, so it needs an even dimension, not {rhs_dim}")
+        if OPERATORS[relation.operator].complex_valued and rhs_dim % 2 != 0:
+            raise ConfigError(f"{path}.operator", f"{relation.operator} splits embeddings into "
+                              "real and imaginary halves, so it needs an even dimension, not "
+                              f"{rhs_dim}")
         featurized = [side for side in (relation.lhs, relation.rhs)
                       if config.entities[side].featurized]
         if relation.all_negs and featurized:

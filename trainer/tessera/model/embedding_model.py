@@ -14,7 +14,8 @@ applies them, so that a checkpoint scores the same in both systems:
 
 The tables are plain tensors the caller passes in; the model holds only the operators and the
 global embeddings (its state dict is the model file). See `rows` for how gradients reach the
-tables and `negatives` for which entities corrupt an edge.
+tables, `negatives` for which entities corrupt an edge, and `reciprocal` for the inverse
+relations that `reciprocal_relations` adds (each batch then scores in both directions).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import ConfigSchema
+from ..config import ConfigSchema, RelationSchema
 from ..edgelist import EdgeList, EntityList
 from .comparators import make_comparator
 from .config_checks import check_model_config
@@ -36,6 +37,7 @@ from .losses import make_loss
 from .negatives import (
     PADDING,
     Chunking,
+    DegreeNegatives,
     SideNegatives,
     choose_negatives,
     mask_negatives,
@@ -45,6 +47,7 @@ from .negatives import (
 )
 from .operators import DYNAMIC_OPERATORS, OPERATORS, DynamicOperator, Operator
 from .parameter_names import public_name
+from .reciprocal import Direction, directions, model_relations
 from .regularizers import make_regularizer
 from .rows import TouchedRows, gather_rows
 from .scalars import batch_scalar
@@ -117,13 +120,19 @@ class EmbeddingModel(nn.Module):
     """Relation operators and global embeddings of a config, and the batch scoring."""
 
     def __init__(self, config: ConfigSchema, num_relations: int) -> None:
+        """`num_relations`: the relation types of the edges (with reciprocal relations the
+        model holds twice as many, `num_relations` counts those)."""
         super().__init__()
         check_model_config(config)
         if not config.dynamic_relations and num_relations != len(config.relations):
             raise ValueError(f"{len(config.relations)} relations are configured, not "
                              f"{num_relations}")
         self.config = config
-        self.num_relations = num_relations
+        # R, where relation r's inverse is r + R; None without reciprocal relations.
+        self.inverse_offset = num_relations if config.reciprocal_relations else None
+        self.num_relations = 2 * num_relations if config.reciprocal_relations else num_relations
+        self.relations = model_relations(config)
+        num_relations = self.num_relations
         self.comparator = make_comparator(config.comparator, config.bias)
         self.loss_fn = make_loss(config)
         self.regularizer = make_regularizer(config)
@@ -141,7 +150,7 @@ class EmbeddingModel(nn.Module):
             # Only right-hand operators; the empty left-hand slots keep PBG's indexing.
             self.lhs_operators = nn.ModuleList([None] * num_relations)  # type: ignore[list-item]
             self.rhs_operators = nn.ModuleList(
-                [OPERATORS[r.operator](config.entity_dimension(r.rhs)) for r in config.relations])
+                [OPERATORS[r.operator](config.entity_dimension(r.rhs)) for r in self.relations])
 
     def public_parameter_names(self) -> dict[str, str]:
         """State-dict key -> PBG's public name (`relations/0/operator/rhs/diagonal`...)."""
@@ -150,16 +159,21 @@ class EmbeddingModel(nn.Module):
     def forward(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor, *,
                 num_batch_negs: int, num_uniform_negs: int,
                 generator: torch.Generator | None = None,
-                mask_same_entity: bool = False) -> BatchResult:
+                mask_same_entity: bool = False,
+                degree: DegreeNegatives | None = None) -> BatchResult:
         """Score `edges` (one relation type unless dynamic) against their negatives.
 
         The tables are the partitions of the relation's left and right entity types (the
         same tensor when both sides share one); the negative counts are arguments so that
-        evaluation can use its own, and `mask_same_entity` (for ranking) masks every
-        negative that is the positive's entity. Under torch.no_grad nothing takes gradients.
+        evaluation can use its own (`degree`: degree negatives, none if None), and
+        `mask_same_entity` (for ranking) masks every negative that is the positive's entity.
+        Under torch.no_grad nothing takes gradients. With reciprocal relations the loss is
+        both directions', and the left-hand scores rank left-hand sides through the inverse
+        relations (the right-hand corruptions of the reversed edges).
         """
-        scored = self._score(edges, lhs_table, rhs_table, num_batch_negs, num_uniform_negs,
-                             generator, fused=False, mask_same_entity=mask_same_entity)
+        scored = self._score(self.directions(edges, lhs_table, rhs_table, degree),
+                             num_batch_negs, num_uniform_negs, generator, fused=False,
+                             mask_same_entity=mask_same_entity)
         lhs_pos, lhs_neg, rhs_pos, rhs_neg = scored.scores
         return BatchResult(
             loss=scored.loss, regularization=scored.regularization, count=len(edges),
@@ -169,21 +183,46 @@ class EmbeddingModel(nn.Module):
 
     def training_loss(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor,
                       *, num_batch_negs: int, num_uniform_negs: int,
-                      generator: torch.Generator | None = None) -> TrainingLoss:
+                      generator: torch.Generator | None = None,
+                      degree: DegreeNegatives | None = None) -> TrainingLoss:
         """`forward`'s loss, to differentiate, without its scores: with an inner-product
         comparator each side's corruptions are scored by `fused_losses`, which keeps no
         copies of the [N, M] scores (the same loss and gradients, in less time)."""
-        scored = self._score(edges, lhs_table, rhs_table, num_batch_negs, num_uniform_negs,
-                             generator, fused=self.comparator.inner_product)
+        scored = self._score(self.directions(edges, lhs_table, rhs_table, degree),
+                             num_batch_negs, num_uniform_negs, generator,
+                             fused=self.comparator.inner_product)
         return TrainingLoss(scored.loss, scored.regularization, scored.touched)
 
-    def _score(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor,
-               num_batch_negs: int, num_uniform_negs: int, generator: torch.Generator | None,
-               *, fused: bool, mask_same_entity: bool = False) -> Scored:
+    def directions(self, edges: EdgeList, lhs_table: torch.Tensor, rhs_table: torch.Tensor,
+                   degree: DegreeNegatives | None = None) -> list[Direction]:
+        """The directions a batch is scored in (`reciprocal.directions`)."""
+        return directions(edges, lhs_table, rhs_table, degree, self.inverse_offset)
+
+    def _score(self, directions: list[Direction], num_batch_negs: int, num_uniform_negs: int,
+               generator: torch.Generator | None, *, fused: bool,
+               mask_same_entity: bool = False) -> Scored:
+        """A batch scored in its `directions`: with two (reciprocal relations), both losses,
+        and the inverse's right-hand scores as the ones that rank left-hand sides."""
+        scored = [self._score_direction(direction, num_batch_negs, num_uniform_negs, generator,
+                                        fused=fused, mask_same_entity=mask_same_entity)
+                  for direction in directions]
+        if len(scored) == 1:
+            return scored[0]
+        forward, inverse = scored
+        return Scored(loss=forward.loss + inverse.loss,
+                      regularization=forward.regularization + inverse.regularization,
+                      scores=(*inverse.scores[2:], *forward.scores[2:]),
+                      touched=forward.touched + inverse.touched)
+
+    def _score_direction(self, direction: Direction, num_batch_negs: int,
+                         num_uniform_negs: int, generator: torch.Generator | None, *,
+                         fused: bool, mask_same_entity: bool) -> Scored:
+        edges, lhs_table, rhs_table = direction.edges, direction.lhs_table, direction.rhs_table
         plan = self.plan_batch(edges, len(lhs_table), len(rhs_table),
                                num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
-                               generator=generator, mask_same_entity=mask_same_entity)
-        relation = self.config.relations[plan.relation_index]
+                               generator=generator, mask_same_entity=mask_same_entity,
+                               degree=direction.degree, inverse=direction.inverse)
+        relation = self.relations[plan.relation_index]
         gathered, touched = gather_rows(
             [(lhs_table, _row_ids(edges.lhs, plan.lhs_negatives)),
              (rhs_table, _row_ids(edges.rhs, plan.rhs_negatives))], self.config.max_norm)
@@ -207,22 +246,30 @@ class EmbeddingModel(nn.Module):
                       regularization=0.0 if regularization is None
                       else batch_scalar(regularization))
 
-    def plan_batch(self, edges: EdgeList, lhs_rows: int, rhs_rows: int, *, num_batch_negs: int,
-                   num_uniform_negs: int, generator: torch.Generator | None,
-                   mask_same_entity: bool = False) -> BatchPlan:
+    def plan_batch(  # noqa: PLR0913 (a batch's settings, keyword-only)
+            self, edges: EdgeList, lhs_rows: int, rhs_rows: int, *, num_batch_negs: int,
+            num_uniform_negs: int, generator: torch.Generator | None,
+            mask_same_entity: bool = False, degree: DegreeNegatives | None = None,
+            inverse: bool = False) -> BatchPlan:
         """The relation, chunks and negatives of a batch whose sides' partitions have
-        `lhs_rows` and `rhs_rows` entities (uniform negatives are drawn here)."""
-        relation_index = self._relation_index(edges)
-        relation = self.config.relations[relation_index]
-        chunking = plan_chunking(len(edges), relation.all_negs, num_batch_negs, num_uniform_negs)
+        `lhs_rows` and `rhs_rows` entities (uniform and degree negatives are drawn here);
+        `inverse`: the batch is reversed edges (of the inverse relations)."""
+        relation_index = self._relation_index(edges, inverse)
+        relation = self.relations[relation_index]
+        num_degree_negs = 0 if degree is None else degree.count
+        chunking = plan_chunking(len(edges), relation.all_negs, num_batch_negs,
+                                 num_uniform_negs + num_degree_negs)
         lhs_negatives, rhs_negatives = (
             choose_negatives(chunking, disabled=disabled, featurized=entities.is_featurized,
                              all_negs=relation.all_negs, num_batch_negs=num_batch_negs,
                              num_uniform_negs=num_uniform_negs, num_rows=num_rows,
-                             generator=generator, device=edges.lhs.ids.device)
-            for entities, num_rows, disabled in (
-                (edges.lhs, lhs_rows, self.config.disable_lhs_negs),
-                (edges.rhs, rhs_rows, self.config.disable_rhs_negs)))
+                             generator=generator, device=edges.lhs.ids.device,
+                             num_degree_negs=num_degree_negs, degree_pool=pool)
+            for entities, num_rows, disabled, pool in (
+                (edges.lhs, lhs_rows, self.config.disable_lhs_negs,
+                 None if degree is None else degree.lhs),
+                (edges.rhs, rhs_rows, self.config.disable_rhs_negs,
+                 None if degree is None else degree.rhs)))
         if mask_same_entity:  # ranking: every copy of the positive's entity is left out
             lhs_negatives, rhs_negatives = (replace(side, keyed_by_entity=True)
                                             for side in (lhs_negatives, rhs_negatives))
@@ -233,10 +280,17 @@ class EmbeddingModel(nn.Module):
         key = f"emb_{entity_type}"
         return self.global_embs[key] if key in self.global_embs else None
 
-    def _relation_index(self, edges: EdgeList) -> int:
-        """The config relation whose types, weight and negatives apply to the batch."""
+    def relation_of(self, index: int) -> RelationSchema:
+        """The settings (types, operator, weight) of the model's relation type `index`."""
         if self.config.dynamic_relations:
-            return 0
+            inverse = self.inverse_offset is not None and index >= self.inverse_offset
+            return self.relations[int(inverse)]
+        return self.relations[index]
+
+    def _relation_index(self, edges: EdgeList, inverse: bool = False) -> int:
+        """The entry of `relations` whose types, weight and negatives apply to the batch."""
+        if self.config.dynamic_relations:
+            return int(inverse)  # the template, or its inverse
         index = int(edges.rel[0])
         if not bool((edges.rel == index).all()):
             raise ValueError("without dynamic relations a batch must hold one relation type")

@@ -15,6 +15,7 @@ import torch
 from ..edgelist import EdgeList
 from .closed_form import closed_form_gradients, supports_closed_form
 from .embedding_model import EmbeddingModel
+from .negatives import DegreeNegatives
 from .rows import RowGradients
 from .scalars import batch_scalar
 
@@ -32,18 +33,44 @@ class BatchGradients:
 
 def batch_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
                     rhs_table: torch.Tensor, *, num_batch_negs: int, num_uniform_negs: int,
-                    generator: torch.Generator | None = None) -> BatchGradients:
-    """Score `edges` against their negatives (drawn with `generator`) and differentiate the
-    loss; parameter gradients are added to their `.grad`, as `backward()` does."""
+                    generator: torch.Generator | None = None,
+                    degree: DegreeNegatives | None = None) -> BatchGradients:
+    """Score `edges` against their negatives (drawn with `generator`; `degree`: degree
+    negatives) and differentiate the loss; parameter gradients are added to their `.grad`, as
+    `backward()` does. With reciprocal relations, both directions' (one step for both)."""
     if supports_closed_form(model):
-        loss, rows = closed_form_gradients(
-            model, edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
-            num_uniform_negs=num_uniform_negs, generator=generator)
+        results = [closed_form_gradients(
+            model, direction.edges, direction.lhs_table, direction.rhs_table,
+            num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
+            generator=generator, degree=direction.degree, inverse=direction.inverse)
+            for direction in model.directions(edges, lhs_table, rhs_table, degree)]
+        if len(results) == 1:
+            loss, rows = results[0]
+        else:  # both directions of reciprocal relations
+            loss = results[0][0] + results[1][0]
+            rows = merged_by_table(results[0][1] + results[1][1])
         return BatchGradients(loss=loss, regularization=0.0, rows=rows)
     result = model.training_loss(edges, lhs_table, rhs_table, num_batch_negs=num_batch_negs,
-                                 num_uniform_negs=num_uniform_negs, generator=generator)
+                                 num_uniform_negs=num_uniform_negs, generator=generator,
+                                 degree=degree)
     result.loss.backward()
     return BatchGradients(
         loss=batch_scalar(result.loss), regularization=result.regularization,
-        rows=[RowGradients(touched.table, touched.rows, touched.embeddings.grad)
-              for touched in result.touched if touched.embeddings.grad is not None])
+        rows=merged_by_table([RowGradients(touched.table, touched.rows, touched.embeddings.grad)
+                              for touched in result.touched
+                              if touched.embeddings.grad is not None]))
+
+
+def merged_by_table(rows: list[RowGradients]) -> list[RowGradients]:
+    """One entry per table (both directions of a reciprocal batch read the same tables), so
+    that each table takes one optimizer step, with every row's gradients summed (the step
+    adds up repeated rows)."""
+    by_table: dict[int, list[RowGradients]] = {}
+    for entry in rows:
+        by_table.setdefault(id(entry.table), []).append(entry)
+    if len(by_table) == len(rows):
+        return rows
+    return [entries[0] if len(entries) == 1 else
+            RowGradients(entries[0].table, torch.cat([e.rows for e in entries]),
+                         torch.cat([e.grads for e in entries]))
+            for entries in by_table.values()]

@@ -94,8 +94,10 @@ def load_model(store: CheckpointStore, version: int | None, model: EmbeddingMode
 def _grown_relations(model: EmbeddingModel, expected: Mapping[str, torch.Tensor],
                      state: Mapping[str, torch.Tensor]) -> set[str]:
     """Dynamic relation operators' parameters (one row per relation type) of which the file
-    holds fewer rows than the model has relation types, and otherwise the same shape."""
-    if not model.config.dynamic_relations:
+    holds fewer rows than the model has relation types, and otherwise the same shape. None
+    with reciprocal relations: the inverses' rows follow all the others, so new types would
+    not simply append (nor would the rows of a model trained without inverses)."""
+    if not model.config.dynamic_relations or model.config.reciprocal_relations:
         return set()
     public = model.public_parameter_names()
     return {key for key, tensor in expected.items()

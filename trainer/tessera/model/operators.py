@@ -73,6 +73,8 @@ class Operator(nn.Module):
 
     # False where PBG defines no regularizer term for the operator's parameters.
     regularizable: ClassVar[bool] = True
+    # True where embeddings are read as complex vectors (so the dimension must be even).
+    complex_valued: ClassVar[bool] = False
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -166,6 +168,8 @@ class AffineOperator(Operator):
 class ComplexDiagonalOperator(Operator):
     """Multiplies each complex coordinate by a learned complex number (ComplEx)."""
 
+    complex_valued = True
+
     def __init__(self, dim: int) -> None:
         check_even("complex_diagonal", dim)
         super().__init__(dim)
@@ -188,6 +192,35 @@ class ComplexDiagonalOperator(Operator):
         return complex_modulus(self.real, self.imag)
 
     def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        return halves_modulus(embs)
+
+
+class RotateOperator(Operator):
+    """Rotates each complex coordinate by a learned phase: multiplies it by exp(i phase), of
+    modulus 1 (RotatE, Sun et al. 2019). With the `l2` comparator this is RotatE."""
+
+    complex_valued = True
+
+    def __init__(self, dim: int) -> None:
+        check_even("rotate", dim)
+        super().__init__(dim)
+        self.phase = nn.Parameter(torch.zeros(dim // 2))
+
+    def forward(self, embs: torch.Tensor) -> torch.Tensor:
+        return complex_product(embs, self.phase.cos(), self.phase.sin())
+
+    def vjp(self, embs: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        # A rotation's derivative by its angle is i times the rotated value y: d/dphase is
+        # sum(Re(conj(g) i y)) = sum(g2 y1 - g1 y2); d/dx is g rotated back, g exp(-i phase).
+        cos, sin = self.phase.cos(), self.phase.sin()
+        rotated = complex_product(embs, cos, sin)
+        half = embs.shape[-1] // 2
+        accumulate_grad(self.phase, summed_over_rows(grad[..., half:] * rotated[..., :half]
+                                                     - grad[..., :half] * rotated[..., half:]))
+        return complex_product(grad, cos, -sin)
+
+    def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        # The phases have no magnitude to penalise: every rotation has modulus 1.
         return halves_modulus(embs)
 
 
@@ -281,6 +314,20 @@ class ComplexDiagonalDynamicOperator(DynamicOperator):
         return halves_modulus(embs)
 
 
+class RotateDynamicOperator(DynamicOperator):
+    def __init__(self, dim: int, num_operations: int) -> None:
+        check_even("rotate", dim)
+        super().__init__(dim, num_operations)
+        self.phases = nn.Parameter(torch.zeros(num_operations, dim // 2))
+
+    def forward(self, embs: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tensor:
+        phases = self.phases[operator_idxs]
+        return complex_product(embs, phases.cos(), phases.sin())
+
+    def embedding_magnitudes(self, embs: torch.Tensor) -> torch.Tensor:
+        return halves_modulus(embs)
+
+
 OPERATORS: dict[str, type[Operator]] = {
     "none": IdentityOperator,
     "translation": TranslationOperator,
@@ -288,6 +335,7 @@ OPERATORS: dict[str, type[Operator]] = {
     "linear": LinearOperator,
     "affine": AffineOperator,
     "complex_diagonal": ComplexDiagonalOperator,
+    "rotate": RotateOperator,
 }
 
 DYNAMIC_OPERATORS: dict[str, type[DynamicOperator]] = {
@@ -297,4 +345,5 @@ DYNAMIC_OPERATORS: dict[str, type[DynamicOperator]] = {
     "linear": LinearDynamicOperator,
     "affine": AffineDynamicOperator,
     "complex_diagonal": ComplexDiagonalDynamicOperator,
+    "rotate": RotateDynamicOperator,
 }

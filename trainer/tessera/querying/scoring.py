@@ -6,7 +6,8 @@ renormed to `max_norm` if set, plus its type's global embedding, then, on the si
 relation transforms, the relation operator, then the comparator's `prepare`. Without a
 relation, queries and candidates are prepared the same way and compared directly. With one,
 (NAME, R, ?) ranks right-hand sides as the model ranks right-hand corruptions of an edge of R
-whose left side is NAME, and (?, R, NAME) left-hand sides likewise.
+whose left side is NAME, and (?, R, NAME) left-hand sides likewise; with reciprocal
+relations, as the right-hand sides of (NAME, R's inverse, ?) (`reciprocal.query_direction`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..config import ConfigSchema
 from ..errors import BadInputError
 from ..model import EmbeddingModel
 from ..model.operators import DynamicOperator, Operator
+from ..model.reciprocal import query_direction
 from ..model.rows import renorm_rows
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
@@ -85,7 +87,7 @@ class ModelScoring:
                               self.scored(candidate_type, rows))))
 
     def side_types(self, relation_index: int) -> dict[str, str]:
-        relation = self.config.relations[0 if self.config.dynamic_relations else relation_index]
+        relation = self.model.relation_of(relation_index)
         return {"lhs": relation.lhs, "rhs": relation.rhs}
 
     def scores(self, queries: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
@@ -99,14 +101,14 @@ class ModelScoring:
     def _operators(self, relation: RelationSide) -> tuple[Transform, Transform]:
         """(applied to the queries, applied to the candidates), as the model applies them."""
         identity: Transform = lambda embs: embs  # noqa: E731
+        index, side = query_direction(relation.index, relation.side, self.model.inverse_offset)
         if not self.config.dynamic_relations:
             # Only right-hand sides are transformed: the candidates, or the queries.
-            operator = cast(Operator, self.model.rhs_operators[relation.index])
-            return (identity, operator) if relation.side == "rhs" else (operator, identity)
+            operator = cast(Operator, self.model.rhs_operators[index])
+            return (identity, operator) if side == "rhs" else (operator, identity)
         # Dynamic relations: the side that is not corrupted is transformed, by its own
         # operator (left-hand for right-hand corruptions and the other way round).
-        index = relation.index
-        if relation.side == "rhs":
+        if side == "rhs":
             lhs_operator = cast(DynamicOperator, self.model.lhs_operators[0])
             return (lambda embs: lhs_operator(embs, _repeat(index, embs)), identity)
         rhs_operator = cast(DynamicOperator, self.model.rhs_operators[0])

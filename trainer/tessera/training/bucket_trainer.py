@@ -6,7 +6,7 @@ show what each bucket taught the model (PBG's eval_stats_before / eval_stats_aft
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,15 +20,17 @@ from ..data.batching import (
     split_holdout,
 )
 from ..data.graph_data import GraphData
-from ..edgelist import EdgeList, EntityList
+from ..edgelist import EdgeList
 from ..evaluation.sampled import rank_against_sampled
 from ..model import EmbeddingModel
+from ..model.negatives import DegreePool, Key, degree_negatives, degree_pools
 from ..seeding import stable_seed
 from ..vocabulary import PartitionKey
 from .allocator import release_freed_memory
 from .hogwild import HogwildPool, Pool, empty_shared
 from .partitions import Partition
 from .schedule import TrainingStep
+from .trained_edges import EdgeTally
 from .worker import BatchSettings, ModelState, WorkerTask, train_part
 
 
@@ -71,27 +73,38 @@ class BucketTrainer:
         self.settings = BatchSettings(
             batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
             num_uniform_negs=config.num_uniform_negs,
-            dynamic_relations=config.dynamic_relations, lr=config.lr)
+            dynamic_relations=config.dynamic_relations, lr=config.lr,
+            num_degree_negs=config.num_degree_negs)
+        self.tally = EdgeTally(self.num_workers, shared=isinstance(self.pool, HogwildPool))
+
+    def edges_trained(self) -> int:
+        """Edges trained so far in the bucket chunk being trained."""
+        return self.tally.total()
 
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         seed = chunk_seed(step, self.config.seed)
-        parts, eval_edges = read_training_edges(
-            self.config, self.data, step, self.num_chunks, self.num_workers,
+        shuffled, eval_edges = read_shuffled_edges(
+            self.config, self.data, step, self.num_chunks,
             empty_shared if isinstance(self.pool, HogwildPool) else None)
+        pools = bucket_degree_pools(self.config, shuffled, lhs_keys, rhs_keys, partitions)
+        parts = split_among_workers(shuffled, self.num_workers)
+        del shuffled
         before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
-                                   lhs_keys, rhs_keys)
+                                   lhs_keys, rhs_keys, degree_pools=pools)
         tasks = [WorkerTask(edges=part, partitions=partitions, lhs_keys=lhs_keys,
                             rhs_keys=rhs_keys, settings=self.settings, seed=seed + rank,
-                            delay_seconds=delay_seconds if rank > 0 else 0.0)
+                            delay_seconds=delay_seconds if rank > 0 else 0.0,
+                            trained=self.tally.slot(rank), degree_pools=pools)
                  for rank, part in enumerate(parts)]
+        self.tally.reset()
         if self.pool is None:
             results = [train_part(self.state, task) for task in tasks]
         else:
             results = self.pool.run(tasks)
         after = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
-                                   lhs_keys, rhs_keys)
+                                  lhs_keys, rhs_keys, degree_pools=pools)
         count = sum(r.count for r in results)
         return BucketOutcome(
             step=step, count=count, loss=sum(r.loss for r in results) / max(count, 1),
@@ -116,14 +129,24 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
                         num_chunks: int, num_parts: int,
                         allocate: Callable[..., torch.Tensor] | None = None
                         ) -> tuple[list[EdgeList], EdgeList]:
-    """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges;
-    `allocate`: where the shuffled edges go (`shuffle_edges`; None: shuffled in place).
+    """`num_parts` parts of the chunk's shuffled training edges, and its held-out edges (see
+    `read_shuffled_edges`)."""
+    shuffled, eval_edges = read_shuffled_edges(config, data, step, num_chunks, allocate)
+    return split_among_workers(shuffled, num_parts), eval_edges
+
+
+def read_shuffled_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
+                        num_chunks: int, allocate: Callable[..., torch.Tensor] | None = None
+                        ) -> tuple[EdgeList, EdgeList]:
+    """The chunk's shuffled training edges and its held-out edges; `allocate`: where the
+    shuffled edges go (`shuffle_edges`; None: shuffled in place).
 
     Only one copy of the chunk outlives this call: with `allocate`, the chunk as read is
     dropped here rather than held, a second bucket-sized copy, while the workers train.
     """
     edges = data.read_chunk(step.edge_path_idx, step.bucket, step.edge_chunk_idx, num_chunks)
     train_edges, eval_edges = split_holdout(edges, config.eval_fraction, chunk_identity(step))
+    train_edges = with_replayed_edges(data, step, num_chunks, train_edges)
     train_edges = sample_old_edges(config, data, step, train_edges)
     generator = torch.Generator().manual_seed(chunk_seed(step, config.seed))
     shuffled = shuffle_edges(train_edges, generator, allocate) if allocate is not None \
@@ -133,39 +156,58 @@ def read_training_edges(config: ConfigSchema, data: GraphData, step: TrainingSte
     # shuffle freed on the way are handed back now; workers that keep freed memory for their
     # batches (threads: the trainer's own heap) would otherwise hold them all bucket.
     release_freed_memory()
-    return split_among_workers(shuffled, num_parts), eval_edges
+    return shuffled, eval_edges
+
+
+def bucket_degree_pools(config: ConfigSchema, edges: EdgeList, lhs_keys: Sequence[Key],
+                        rhs_keys: Sequence[Key], tables: Mapping[Key, Partition],
+                        device: torch.device | None = None) -> dict[Key, DegreePool] | None:
+    """Each table's degree-negatives pool from a bucket chunk's training `edges` (views of
+    them where a side has one table), on `device` if given; None when no negatives are drawn
+    by degree."""
+    if not (config.num_degree_negs or config.eval_num_degree_negs):
+        return None
+    pools = degree_pools(edges, lhs_keys, rhs_keys, lambda key: tables[key].embeddings)
+    if device is None:
+        return pools
+    moved: dict[int, DegreePool] = {}  # a pool two keys share is copied once
+    return {key: moved.setdefault(id(pool), pool.to(device)) for key, pool in pools.items()}
+
+
+def with_replayed_edges(data: GraphData, step: TrainingStep, num_chunks: int,
+                        edges: EdgeList) -> EdgeList:
+    """The chunk's edges and its part of the bucket's replayed old edges (`replay_paths`).
+    The chunks of all edge sets share each replayed bucket, so an old edge trains once an
+    epoch, shuffled among the new ones: in an edge set of its own, trained before or after
+    them, the set trained last pulls the model its way."""
+    replayed = data.read_replay(step.bucket,
+                                step.edge_path_idx * num_chunks + step.edge_chunk_idx,
+                                len(data.config.edge_paths) * num_chunks)
+    return edges if replayed is None else EdgeList.cat([edges, replayed])
 
 
 def sample_old_edges(config: ConfigSchema, data: GraphData, step: TrainingStep,
                      edges: EdgeList) -> EdgeList:
     """The edges that train this epoch: all that touch an entity new since `init_path`, and
-    `init_old_edge_fraction` of those between known entities, drawn anew each epoch (so a
-    run can replay part of the old graph while the new entities learn)."""
-    known = data.known_rows if config.init_old_edge_fraction < 1 else None
-    if known is None or len(edges) == 0:
+    `init_old_edge_fraction` of those between known entities (replayed ones included), drawn
+    anew each epoch (so a run can replay part of the old graph while the new entities
+    learn)."""
+    if config.init_old_edge_fraction == 1 or data.known_rows is None or len(edges) == 0:
         return edges
-    lhs_keys, rhs_keys = data.partition_keys(step.bucket)
-    old = (_known_side(edges.lhs, edges.rel, [known[key] for key in lhs_keys])
-           & _known_side(edges.rhs, edges.rel, [known[key] for key in rhs_keys]))
+    old = data.between_known(step.bucket, edges)
     generator = torch.Generator().manual_seed(stable_seed((chunk_seed(step, config.seed), 1)))
     replayed = torch.rand(len(edges), generator=generator) < config.init_old_edge_fraction
     return edges[torch.nonzero(~old | replayed).flatten()]
 
 
-def _known_side(side: EntityList, rel: torch.Tensor, known_rows: list[int]) -> torch.Tensor:
-    """Which edges have a known entity on this side (`known_rows`: per relation type). A
-    featurized side counts as known: its rows are features, not entities."""
-    if side.is_featurized:
-        return torch.ones(len(side), dtype=torch.bool)
-    return side.ids < torch.tensor(known_rows, dtype=torch.long)[rel]
-
-
 def evaluate_held_out(config: ConfigSchema, model: EmbeddingModel, edges: EdgeList,
-                      partitions: dict[PartitionKey, Partition], lhs_keys: list[PartitionKey],
-                      rhs_keys: list[PartitionKey], device: torch.device | None = None
+                      partitions: Mapping[Key, Partition], lhs_keys: Sequence[Key],
+                      rhs_keys: Sequence[Key], device: torch.device | None = None,
+                      degree_pools: Mapping[Key, DegreePool] | None = None
                       ) -> dict[str, float] | None:
     """The ranking metrics of a chunk's held-out edges (None if it holds none out);
-    `device`: where the model and partitions are, if not on the CPU."""
+    `device`: where the model and partitions are, if not on the CPU; `degree_pools`: those
+    of the chunk's training edges, for `eval_num_degree_negs`."""
     if len(edges) == 0:
         return None
     metrics = rank_against_sampled(
@@ -173,5 +215,7 @@ def evaluate_held_out(config: ConfigSchema, model: EmbeddingModel, edges: EdgeLi
         lambda r: (partitions[lhs_keys[r]].embeddings, partitions[rhs_keys[r]].embeddings),
         batch_size=config.batch_size, num_batch_negs=config.eval_num_batch_negs,
         num_uniform_negs=config.eval_num_uniform_negs,
-        dynamic_relations=config.dynamic_relations, device=device)
+        dynamic_relations=config.dynamic_relations, device=device,
+        degree_of=lambda r: degree_negatives(config.eval_num_degree_negs, degree_pools,
+                                             lhs_keys[r], rhs_keys[r]))
     return metrics.summary()

@@ -4,8 +4,10 @@ In PBG's default setup (one relation type, translation or no operator, `dot`, ra
 batch and uniform negatives on both sides) the batch loop's compiled kernels leave about a
 fifth of a worker's time to Python: planning each batch, laying out its rows, and one call
 per kernel and optimizer. `kernels.train_ranking` runs the same steps for every batch in one
-call. The uniform negatives are drawn here first, from the worker's generator in the order
-the batch loop draws them, so both ways train the same model (a test holds them equal).
+call. The uniform negatives (and degree negatives, after them in each chunk) are drawn here
+first, from the worker's generator in the order the batch loop draws them, so both ways train
+the same model (a test holds them equal). Reciprocal relations (two relation types, and two
+directions per batch) train through the batch loop.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import torch
 
 from .. import kernels
 from ..config import ConfigSchema
-from ..model.negatives import plan_chunking
+from ..model.negatives import DegreeNegatives, degree_negatives, draw_sampled, plan_chunking
 from ..model.operators import TranslationOperator
 from .optimizers import EPSILON
+from .trained_edges import count_trained
 
 if TYPE_CHECKING:  # the worker calls this module
     from .worker import ModelState, WorkerTask
@@ -55,7 +58,8 @@ def handles(state: ModelState, task: WorkerTask) -> bool:
 def _default_setup(config: ConfigSchema) -> bool:
     relation = config.relations[0]
     return (len(config.relations) == 1 and not config.dynamic_relations
-            and not relation.all_negs and config.num_batch_negs > 0
+            and not config.reciprocal_relations and not relation.all_negs
+            and config.num_batch_negs > 0
             and not config.disable_lhs_negs and not config.disable_rhs_negs
             and config.max_norm is None)
 
@@ -107,46 +111,61 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
     if not len(edges):
         return loss
     block = BATCHES_PER_CALL * settings.batch_size  # whole batches, as the batch loop cuts
+    degree = degree_negatives(settings.num_degree_negs, task.degree_pools, task.lhs_keys[0],
+                              task.rhs_keys[0])
+    sampled = settings.num_uniform_negs + settings.num_degree_negs  # extra rows per chunk
     buffers = kernels.ranking_buffers(len(edges), settings.batch_size, settings.num_batch_negs,
-                                      settings.num_uniform_negs, lhs_table.rows.shape[1])
+                                      sampled, lhs_table.rows.shape[1])
     negatives = None  # the first call's (the largest), reused by the next
     for start in range(0, len(edges), block):
         lhs_ids = edges.lhs.ids[start:start + block].contiguous()
         lhs_negatives, rhs_negatives = draw_negatives(
             len(lhs_ids), settings.batch_size, settings.num_batch_negs,
             settings.num_uniform_negs, (len(lhs_table.rows), len(rhs_table.rows)), generator,
-            negatives)
+            negatives, degree)
         negatives = negatives or (lhs_negatives, rhs_negatives)
         loss += kernels.train_ranking(
             kernels.RankingSide(lhs_ids, lhs_negatives, lhs_table, lhs_shifts),
             kernels.RankingSide(edges.rhs.ids[start:start + block].contiguous(),
                                 rhs_negatives, rhs_table, rhs_shifts),
             states, batch_size=settings.batch_size, chunk_size=settings.num_batch_negs,
-            uniform=settings.num_uniform_negs, margin=state.model.loss_fn.margin,
+            uniform=sampled, margin=state.model.loss_fn.margin,
             weight=config.relations[0].weight, lr=settings.lr,
             shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON,
             buffers=buffers)
+        count_trained(task.trained, len(lhs_ids))
     return loss
 
 
 def draw_negatives(num_edges: int, batch_size: int, num_batch_negs: int,
                    num_uniform_negs: int, num_rows: tuple[int, int],
                    generator: torch.Generator,
-                   out: tuple[torch.Tensor, torch.Tensor] | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   out: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   degree: DegreeNegatives | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Each side's uniform negatives for every batch, one batch after another, drawn as the
     batch loop draws them (`EmbeddingModel.plan_batch`: per batch, [chunks, uniform] for the
     left side, then for the right); into the start of `out`'s two columns where they fit
-    (a worker's calls reuse one pair: new ones at each call fragmented the heap)."""
-    counts = [plan_chunking(min(batch_size, num_edges - start), False, num_batch_negs,
-                            num_uniform_negs).num_chunks * num_uniform_negs
-              for start in range(0, num_edges, batch_size)] if num_uniform_negs > 0 else []
-    total = sum(counts)
+    (a worker's calls reuse one pair: new ones at each call fragmented the heap). With
+    `degree`, each chunk's degree negatives follow its uniform ones ([chunks, uniform +
+    degree] per side and batch)."""
+    sampled = num_uniform_negs + (0 if degree is None else degree.count)
+    chunks = [plan_chunking(min(batch_size, num_edges - start), False, num_batch_negs,
+                            sampled).num_chunks
+              for start in range(0, num_edges, batch_size)] if sampled > 0 else []
+    total = sum(chunks) * sampled
     drawn = (out[0][:total], out[1][:total]) if out is not None and len(out[0]) >= total \
         else (torch.empty(total, dtype=torch.long), torch.empty(total, dtype=torch.long))
     at = 0
-    for count in counts:
-        for side, rows in zip(drawn, num_rows):
-            torch.randint(rows, (count,), generator=generator, out=side[at:at + count])
+    for num_chunks in chunks:
+        count = num_chunks * sampled
+        if degree is None:
+            for side, rows in zip(drawn, num_rows):
+                torch.randint(rows, (count,), generator=generator, out=side[at:at + count])
+        else:
+            for side, rows, pool in zip(drawn, num_rows, (degree.lhs, degree.rhs)):
+                rows_drawn = draw_sampled(num_chunks, num_uniform_negs, rows, generator,
+                                          num_degree_negs=degree.count, degree_pool=pool)
+                assert rows_drawn is not None  # degree.count > 0
+                side[at:at + count].view(num_chunks, sampled).copy_(rows_drawn)
         at += count
     return drawn

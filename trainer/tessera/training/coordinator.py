@@ -35,6 +35,7 @@ from ..log_records import (
     BUCKETS_TOTAL,
     CHECKPOINT_COMMITTED,
     CHECKPOINT_VERSION,
+    CHUNK_STATS,
     CHUNKS_DONE,
     CHUNKS_TOTAL,
     COMMIT_SECONDS,
@@ -42,18 +43,20 @@ from ..log_records import (
     DEVICE_PEAK_MEMORY_GB,
     EDGES_PER_SECOND,
     EPOCH,
+    EPOCH_ENDED,
     EVAL_PREFIX,
     LOSS,
     MRR,
     PARTITION_WAIT_SECONDS,
     RESUMING,
+    STATS,
     TRAIN_TASK,
     TRAINING_FINISHED,
     epoch_text,
 )
 from ..model import EmbeddingModel
 from ..model.model_io import INIT_PATH, load_model, save_model
-from ..progress import Reporter, Task
+from ..progress import HUMAN_INTERVAL, Reporter, Task
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.lease import CheckpointLease, LeaseHeldError
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
@@ -62,10 +65,12 @@ from .bucket_trainer import BucketOutcome, BucketTrainer
 from .device_trainer import DeviceBucketTrainer
 from .devices import check_devices, embedding_dtype, training_devices
 from .hogwild import Pool, make_pool
+from .init_growth import with_replay
 from .multi_device_trainer import MultiDeviceBucketTrainer
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder, look_ahead_enabled
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
+from .trained_edges import reporting_every
 from .worker import ModelState, train_part
 
 AnyBucketTrainer = BucketTrainer | DeviceBucketTrainer | MultiDeviceBucketTrainer
@@ -141,6 +146,7 @@ def train(config: ConfigSchema, reporter: Reporter,
     """Train (or resume training) as the config says; returns what was done. `devices`: where
     to train (by default the CUDA devices `num_gpus` asks for; none: the CPU path)."""
     check_supported(config)
+    config = with_replay(config, reporter)
     data = GraphData(config)
     data.entity_counts  # noqa: B018 - read first: a missing entity_path is the likeliest error
     check_has_edges(data)
@@ -261,10 +267,12 @@ def iteration_metadata(config: ConfigSchema, schedule: TrainingSchedule,
 
 def edges_per_position(config: ConfigSchema, data: GraphData,
                        schedule: TrainingSchedule) -> int:
-    """Training edges of one chunk position, averaged over edge sets (for the ETA)."""
+    """Training edges of one chunk position, averaged over edge sets (for the ETA); each
+    takes its share of the replayed edges."""
     totals = [sum(sizes.values()) for sizes in data.bucket_sizes]
     train_share = 1 - config.eval_fraction
-    return int(sum(totals) / len(totals) / schedule.num_edge_chunks * train_share)
+    replayed = sum(sum(sizes.values()) for sizes in data.replay_sizes)
+    return int((sum(totals) * train_share + replayed) / len(totals) / schedule.num_edge_chunks)
 
 
 @dataclass(eq=False)  # a live object with state: compared by identity
@@ -351,8 +359,12 @@ class TrainingRun:
             self.partitions.prefetch(part for keys in self.data.partition_keys(following)
                                      for part in keys)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
-        outcome = trainer.train(step, partitions,
-                                self.config.hogwild_delay if first_ever else 0.0)
+        base = task.done
+        # Polled twice per update, so that no update is late by a whole interval.
+        with reporting_every(HUMAN_INTERVAL / 2, lambda: task.advance(
+                max(base + trainer.edges_trained() - task.done, 0))):
+            outcome = trainer.train(step, partitions,
+                                    self.config.hogwild_delay if first_ever else 0.0)
         release_freed_memory()  # the bucket's edges and batches, before the next swap
         self.trained_here += 1
         self.device_seconds += outcome.device_seconds or 0.0
@@ -476,12 +488,12 @@ class LocalCheckpointer:
         started = time.monotonic()
         self.holder.write_all(metadata)
         save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
-        self.store.commit(version, self.config.to_dict(),
-                          stats=[outcome.record() for outcome in outcomes],
+        stats = [outcome.record() for outcome in outcomes]
+        self.store.commit(version, self.config.to_dict(), stats=stats,
                           preserve_as=preserved_as(self.config, self.schedule, position))
         self.holder.committed()
         publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
-                           time.monotonic() - started)
+                           time.monotonic() - started, stats)
         self.early_stopping.add(outcomes)
         return should_stop(self.config, self.schedule, position, self.early_stopping,
                            self.reporter)
@@ -499,17 +511,20 @@ def preserved_as(config: ConfigSchema, schedule: TrainingSchedule,
 
 
 def publish_checkpoint(schedule: TrainingSchedule, store: CheckpointStore, version: int,
-                       position: ChunkPosition, reporter: Reporter,
-                       commit_seconds: float) -> None:
+                       position: ChunkPosition, reporter: Reporter, commit_seconds: float,
+                       stats: list[dict[str, Any]]) -> None:
     """After `version` is committed: announce it (with the share of the whole run it
     completes, which a watcher cannot compute when num_edge_chunks comes from the data, and
-    the `commit_seconds` its partitions, model and commit took to write), then finish the
-    commit (its bucket stats appended, its epoch copy made: see CheckpointStore.commit)."""
+    the `commit_seconds` its partitions, model and commit took to write), hand its bucket
+    `stats` to the listeners (experiment tracking), then finish the commit (the stats
+    appended, its epoch copy made: see CheckpointStore.commit)."""
     reporter.event(CHECKPOINT_COMMITTED, **{
         CHECKPOINT_VERSION: version, EPOCH: position.epoch_idx + 1,
         "edge_path": position.edge_path_idx, "edge_chunk": position.edge_chunk_idx,
         CHUNKS_DONE: schedule.index_of(position) + 1, CHUNKS_TOTAL: schedule.num_positions,
         COMMIT_SECONDS: round(commit_seconds, 3)})
+    reporter.notify(CHUNK_STATS, **{EPOCH: position.epoch_idx + 1, STATS: stats,
+                                    EPOCH_ENDED: schedule.ends_epoch(position)})
     store.finish_commit()
 
 

@@ -24,13 +24,21 @@ from ..data.batching import iter_batches
 from ..data.graph_data import GraphData
 from ..edgelist import EdgeList
 from ..model import batch_gradients
+from ..model.negatives import DegreeNegatives, DegreePool, degree_negatives
 from ..vocabulary import PartitionKey
-from .bucket_trainer import BucketOutcome, chunk_seed, evaluate_held_out, read_training_edges
+from .bucket_trainer import (
+    BucketOutcome,
+    bucket_degree_pools,
+    chunk_seed,
+    evaluate_held_out,
+    read_training_edges,
+)
 from .device_copies import Key, PartitionCopier
 from .device_model import DeviceModel
 from .optimizers import RowAdagrad
 from .partitions import Partition
 from .schedule import TrainingStep
+from .trained_edges import EdgeTally, count_trained
 from .worker import ModelState
 
 Tables = dict[PartitionKey, Partition]
@@ -70,12 +78,18 @@ class DeviceBucketTrainer:
     def __post_init__(self) -> None:
         self.model = DeviceModel(self.state, self.config, self.device)
         self.copier = PartitionCopier(self.device, self.dtype)
+        self.tally = EdgeTally()
+
+    def edges_trained(self) -> int:
+        """Edges trained so far in the bucket chunk being trained."""
+        return self.tally.total()
 
     def train(self, step: TrainingStep, partitions: Tables,
               delay_seconds: float = 0.0) -> BucketOutcome:
         """Train one bucket chunk (`delay_seconds`, the Hogwild delay, has no use here)."""
         on_gpu = torch.cuda.device(self.device) if self.device.type == "cuda" \
             else contextlib.nullcontext()
+        self.tally.reset()
         with kernels.torch_only(), on_gpu:
             return self._train(step, partitions)
 
@@ -87,16 +101,17 @@ class DeviceBucketTrainer:
                                                   self.num_chunks, 1)
         edges = self.staged(edges)
         tables = in_flight.ready()
+        pools = bucket_degree_pools(self.config, edges, lhs_keys, rhs_keys, tables, self.device)
         state = self.model.pull()
         before = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
-                                   rhs_keys, self.device)
+                                   rhs_keys, self.device, pools)
         started, timer = time.monotonic(), DeviceTimer(self.device)
         loss, regularization = self.train_edges(state, edges, tables, lhs_keys, rhs_keys,
-                                                chunk_seed(step, self.config.seed))
+                                                chunk_seed(step, self.config.seed), pools)
         seconds = time.monotonic() - started  # reading the sums waited for the device
         device_seconds = timer.stop(seconds)
         after = evaluate_held_out(self.config, state.model, eval_edges, tables, lhs_keys,
-                                  rhs_keys, self.device)
+                                  rhs_keys, self.device, pools)
         self.model.push()
         PartitionCopier.to_host(tables, partitions)
         count = max(len(edges), 1)
@@ -122,12 +137,17 @@ class DeviceBucketTrainer:
         return EdgeList(rel=batch.rel, lhs=on_device.lhs, rhs=on_device.rhs)
 
     def train_edges(self, state: ModelState, edges: EdgeList, tables: Mapping[Key, Partition],
-                    lhs_keys: Sequence[Key], rhs_keys: Sequence[Key],
-                    seed: int) -> tuple[float, float]:
+                    lhs_keys: Sequence[Key], rhs_keys: Sequence[Key], seed: int,
+                    degree_pools: Mapping[Key, DegreePool] | None = None
+                    ) -> tuple[float, float]:
         """Train on `edges` batch by batch against `tables` (on the device; each relation's
         sides' tables named by `lhs_keys` and `rhs_keys`); the summed loss and
-        regularization."""
+        regularization. Degree negatives come from `degree_pools` (on the device), else
+        from `edges`' own."""
         config = self.config
+        if degree_pools is None and config.num_degree_negs:
+            degree_pools = bucket_degree_pools(config, edges, lhs_keys, rhs_keys, tables,
+                                               self.device)
         order = torch.Generator().manual_seed(seed)  # batch order: drawn on the host
         # Negatives are drawn where they are used; on the CPU from the one generator, as a
         # Hogwild worker draws them.
@@ -142,15 +162,19 @@ class DeviceBucketTrainer:
             relation = 0 if config.dynamic_relations else int(batch.rel[0])  # a host tensor
             batch_loss, batch_regularization = train_batch(
                 state, self._to_device(batch), tables[lhs_keys[relation]].embeddings,
-                tables[rhs_keys[relation]].embeddings, row_optimizers, draws)
+                tables[rhs_keys[relation]].embeddings, row_optimizers, draws,
+                degree_negatives(config.num_degree_negs, degree_pools, lhs_keys[relation],
+                                 rhs_keys[relation]))
             loss = loss + batch_loss
             regularization = regularization + batch_regularization
+            count_trained(self.tally.slots, len(batch))
         return float(loss), float(regularization)
 
 
 def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
                 rhs_table: torch.Tensor, row_optimizers: dict[int, RowAdagrad],
-                generator: torch.Generator) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+                generator: torch.Generator, degree: DegreeNegatives | None = None
+                ) -> tuple[float | torch.Tensor, float | torch.Tensor]:
     """One step on the device: the batch's gradients, the row-wise Adagrad steps of the
     tables' rows (`row_optimizers`, by the table's id) and the model's Adagrad step; the
     batch's loss and regularization (0-d device tensors off the CPU)."""
@@ -159,7 +183,8 @@ def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
         state.optimizer.zero_grad()
     gradients = batch_gradients(state.model, batch, lhs_table, rhs_table,
                                 num_batch_negs=config.num_batch_negs,
-                                num_uniform_negs=config.num_uniform_negs, generator=generator)
+                                num_uniform_negs=config.num_uniform_negs, generator=generator,
+                                degree=degree)
     for rows in gradients.rows:
         row_optimizers[id(rows.table)].step(rows.rows, rows.grads)
     if state.optimizer is not None:

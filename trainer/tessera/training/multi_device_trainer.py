@@ -23,7 +23,13 @@ from ..data.graph_data import GraphData
 from ..edgelist import EdgeList, EntityList
 from ..seeding import stable_seed
 from ..vocabulary import PartitionKey
-from .bucket_trainer import BucketOutcome, chunk_seed, evaluate_held_out, read_training_edges
+from .bucket_trainer import (
+    BucketOutcome,
+    bucket_degree_pools,
+    chunk_seed,
+    evaluate_held_out,
+    read_training_edges,
+)
 from .device_copies import PartitionCopier
 from .device_trainer import DeviceBucketTrainer, DeviceTimer
 from .partitions import Partition
@@ -91,14 +97,24 @@ class MultiDeviceBucketTrainer:
                          for device in self.devices]
         self.threads = ThreadPoolExecutor(len(self.devices), thread_name_prefix="tessera-gpu")
 
+    def edges_trained(self) -> int:
+        """Edges trained so far in the bucket chunk being trained, on all devices."""
+        return sum(trainer.edges_trained() for trainer in self.trainers)
+
     def train(self, step: TrainingStep, partitions: dict[PartitionKey, Partition],
               delay_seconds: float = 0.0) -> BucketOutcome:
         """Train one bucket chunk (`delay_seconds`, the Hogwild delay, has no use here)."""
+        for trainer in self.trainers:
+            trainer.tally.reset()
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         [edges], eval_edges = read_training_edges(self.config, self.data, step,
                                                   self.num_chunks, 1)
+        # The held-out edges' degree negatives, on the host; training's come from each
+        # sub-bucket's own edges (`DeviceBucketTrainer.train_edges`).
+        pools = bucket_degree_pools(self.config, edges, lhs_keys, rhs_keys, partitions) \
+            if self.config.eval_num_degree_negs else None
         before = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
-                                   lhs_keys, rhs_keys)
+                                   lhs_keys, rhs_keys, degree_pools=pools)
         shared = bool(set(lhs_keys) & set(rhs_keys))
         count = num_ranges(len(self.devices), shared)
         relation = (torch.zeros_like(edges.rel) if self.config.dynamic_relations
@@ -118,7 +134,7 @@ class MultiDeviceBucketTrainer:
         for trainer in self.trainers:
             trainer.model.push()
         after = evaluate_held_out(self.config, self.state.model, eval_edges, partitions,
-                                  lhs_keys, rhs_keys)
+                                  lhs_keys, rhs_keys, degree_pools=pools)
         loss, regularization, device_seconds = totals.tolist()
         num_edges = max(len(edges), 1)
         return BucketOutcome(step=step, count=len(edges), loss=loss / num_edges,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -16,10 +17,12 @@ from torch import nn
 from ..data.batching import iter_batches
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
+from ..model.negatives import DegreePool, degree_negatives
 from ..vocabulary import PartitionKey
 from . import compiled_loop
 from .optimizers import DenseAdagrad, RowAdagrad
 from .partitions import Partition
+from .trained_edges import count_trained
 
 
 @dataclass
@@ -51,6 +54,7 @@ class BatchSettings:
     num_uniform_negs: int
     dynamic_relations: bool
     lr: float
+    num_degree_negs: int = 0
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class WorkerTask:
     settings: BatchSettings
     seed: int
     delay_seconds: float = 0.0  # Hogwild delay, so that workers do not all start at once
+    trained: torch.Tensor | None = None  # the worker's slot of the bucket's `EdgeTally`
+    # Each table's degree negatives' pool, of the whole bucket chunk (with num_degree_negs).
+    degree_pools: Mapping[PartitionKey, DegreePool] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,12 +105,15 @@ def train_part(state: ModelState, task: WorkerTask, compiled: bool = True) -> Wo
             state.model, batch, task.partitions[task.lhs_keys[relation]].embeddings,
             task.partitions[task.rhs_keys[relation]].embeddings,
             num_batch_negs=settings.num_batch_negs, num_uniform_negs=settings.num_uniform_negs,
-            generator=generator)
+            generator=generator,
+            degree=degree_negatives(settings.num_degree_negs, task.degree_pools,
+                                    task.lhs_keys[relation], task.rhs_keys[relation]))
         for rows in gradients.rows:
             by_table[id(rows.table)].step(rows.rows, rows.grads)
         if state.optimizer is not None:
             state.optimizer.step()
         loss_sum += gradients.loss
         regularization += gradients.regularization
+        count_trained(task.trained, len(batch))
     return WorkerStats(loss=loss_sum, regularization=regularization, count=len(task.edges),
                        seconds=time.monotonic() - started)

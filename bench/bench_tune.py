@@ -1,0 +1,167 @@
+"""Tuning benchmark: `tessera tune` on UMLS and Nations, chosen on the validation split, then
+the chosen config's filtered test MRR.
+
+For each dataset: import train/valid/test, run `tessera tune` on the training split with the
+shipped config's regime (examples/{dataset}/config.yaml: ComplEx, all_negs, softmax; the keys
+the space names are the tuner's to choose) and the built-in search space, judged on valid
+(train and valid edges filtered; the test split is not read), then rank the test split
+filtered (train, valid and test edges known, as papers do): with the best trial's own checkpoint,
+and after training `best.yaml` anew as a user would, with `--seeds` seeds (Hogwild's races
+make runs of one config differ by about 0.01 on these small graphs).
+
+    python bench/bench_tune.py --data nations=/tmp/kgdata/nations --trials 30
+    python bench/bench_tune.py --datasets umls --space my_space.yaml -p eval_fraction=0.05
+
+Data as bench_quality.py finds it (UMLS bundled, Nations from --data or the ConvE repository).
+Wall times include every trial's start-up and the host's load: say what else ran beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_quality import DATASETS, OUTPUT, SPLITS, dataset_files, run, tuned_config  # noqa: E402
+from bench_train import write_json_config  # noqa: E402
+
+TESSERA = [sys.executable, "-m", "tessera"]
+
+
+def prepare(dataset: str, folder: Path, files: dict[str, Path]) -> Path:
+    """A fresh folder with the three splits imported; the config's path."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    config = {**tuned_config(dataset), "entity_path": str(folder / "entities"),
+              "edge_paths": [str(folder / "edges" / split) for split in SPLITS],
+              "checkpoint_path": str(folder / "checkpoints")}
+    path = write_json_config(folder / "config.json", config)
+    run([*TESSERA, "import", str(path), *(str(files[split]) for split in SPLITS),
+         "--lhs-col", "0", "--rel-col", "1", "--rhs-col", "2", "--log-format", "json"],
+        folder / "import.log")
+    return path
+
+
+def run_tune(folder: Path, config: Path, args: argparse.Namespace) -> float:
+    """`tessera tune` on the training split, judged on valid; its wall time."""
+    edges = folder / "edges"
+    command = [*TESSERA, "tune", str(config), "-p", f"edge_paths={edges / 'train'}",
+               "--valid", str(edges / "valid"), "--trials", str(args.trials),
+               "--log-format", "json"]
+    for override in args.overrides:
+        command += ["-p", override]
+    if args.space:
+        command += ["--space", args.space]
+    started = time.monotonic()
+    run(command, folder / "tune.log")
+    return time.monotonic() - started
+
+
+def trial_events(folder: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in (folder / "tune.log").read_text().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("event") == "trial finished":
+                events.append(record)
+    return events
+
+
+def test_metrics(folder: Path, config: Path, checkpoint: Path, name: str) -> dict[str, Any]:
+    """Filtered metrics of the test split under `checkpoint`, every split's edges known."""
+    edges = [str(folder / "edges" / split) for split in SPLITS]
+    output = folder / f"{name}_test_metrics.json"
+    run([*TESSERA, "eval", str(config), "-p", f"edge_paths={edges[2]}",
+         "-p", f"checkpoint_path={checkpoint}", "--filtered", "--filter-paths", *edges,
+         "--output", str(output), "--log-format", "json"], folder / f"{name}_eval.log")
+    metrics: dict[str, Any] = json.loads(output.read_text())
+    return metrics
+
+
+def one_dataset(dataset: str, files: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
+    folder = OUTPUT / "tune" / dataset
+    config = prepare(dataset, folder, files)
+    seconds = run_tune(folder, config, args)
+    best_config = folder / "checkpoints" / "tune" / "best.yaml"
+    chosen = yaml.safe_load(best_config.read_text())
+    events = trial_events(folder)
+    best = max((e for e in events if e["state"] == "complete"), key=lambda e: e["valid_mrr"])
+    trial_checkpoint = folder / "checkpoints" / "tune" / f"trial_{best['trial']}"
+    from_trial = test_metrics(folder, best_config, trial_checkpoint, "best_trial")
+    retrained = [retrain(folder, best_config, seed) for seed in range(args.seeds)]
+    result = {
+        "dataset": dataset, "trials": len(events),
+        "pruned": sum(e["state"] == "pruned" for e in events), "tune_seconds": seconds,
+        "best_trial": best["trial"], "valid_mrr": best["valid_mrr"],
+        "chosen": {key: chosen[key] for key in best if key in chosen},
+        "test_mrr_trial": from_trial["mrr"], "test_hits10_trial": from_trial["hits@10"],
+        "test_mrr_retrained": [m["mrr"] for m in retrained],
+        "test_hits10_retrained": [m["hits@10"] for m in retrained]}
+    (folder / "result.json").write_text(json.dumps(result, indent=2))
+    print(f"{dataset}: {json.dumps(result)}", flush=True)
+    return result
+
+
+def retrain(folder: Path, best_config: Path, seed: int) -> dict[str, Any]:
+    """Train `best.yaml` anew with `seed` (into a folder of its own) and rank the test split."""
+    checkpoint = folder / "retrained" / f"seed_{seed}"
+    run([*TESSERA, "train", str(best_config), "-p", f"seed={seed}",
+         "-p", f"checkpoint_path={checkpoint}", "--log-format", "json"],
+        folder / f"retrain_{seed}.log")
+    return test_metrics(folder, best_config, checkpoint, f"retrained_{seed}")
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print("\n| dataset | trials (pruned) | tune wall time | best trial: chosen values | "
+          "valid MRR | test MRR, best trial | test MRR, best.yaml retrained: median (range) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        chosen = ", ".join(f"{key} {value:.3g}" if isinstance(value, float) else
+                           f"{key} {value}" for key, value in r["chosen"].items())
+        print(f"| {r['dataset']} | {r['trials']} ({r['pruned']}) | "
+              f"{r['tune_seconds'] / 60:.1f} min | {r['best_trial']}: {chosen} | "
+              f"{r['valid_mrr']:.3f} | {r['test_mrr_trial']:.3f} "
+              f"(Hits@10 {r['test_hits10_trial']:.3f}) | {spread(r['test_mrr_retrained'])} "
+              f"(Hits@10 {spread(r['test_hits10_retrained'])}) |")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--space", help="a search-space file (default: the built-in space)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="seeds best.yaml is trained anew with (0 to N-1)")
+    parser.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
+                        help="a local copy of a dataset (train/valid/test files)")
+    parser.add_argument("-p", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a key of the tuned config")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    given = {name: Path(folder) for name, _, folder in
+             (item.partition("=") for item in args.data)}
+    results = [one_dataset(dataset, dataset_files(dataset, given), args)
+               for dataset in args.datasets]
+    print(f"\n`tessera tune`, {args.trials} trials, space: {args.space or 'built-in'}, "
+          f"overrides: {args.overrides or 'none'}; valid MRR filtered by train+valid, test MRR "
+          f"by train+valid+test; best.yaml retrained with seeds 0-{args.seeds - 1}.")
+    print_table(results)
+
+
+if __name__ == "__main__":
+    main()

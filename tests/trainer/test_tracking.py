@@ -1,0 +1,197 @@
+"""`tracking: tensorboard`: a real `tessera train` writes event files that TensorBoard's own
+reader reads back with the numbers of the run's training_stats.json and JSON log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.planted import PlantedGraph, write_planted_graph
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tessera.cli import main
+from tessera.config.validate import parse_config
+from tessera.errors import EXIT_BAD_INPUT, TransientError
+from tessera.log_records import CHUNK_STATS, event_record
+from tessera.progress import Reporter
+from tessera.storage.fs import Directory
+from tessera.tracking import (
+    EpochTotals,
+    TensorBoardTracker,
+    chunk_scalars,
+    summary_writer_class,
+    tracking,
+)
+
+TRAIN_TIMEOUT_S = 180
+CHUNK_TAGS = {"loss", "reg", "edges_per_s", "eval_mrr", "eval_hits_at_1", "eval_hits_at_10",
+              "eval_hits_at_50", "eval_mean_rank", "eval_auc", "eval_loss"}
+
+
+def train(graph: PlantedGraph, tmp_path: Path, *flags: str,
+          **overrides: Any) -> list[dict[str, Any]]:
+    """`tessera train --log-format json` of `graph` with tracking on; its JSON records."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(graph.config(
+        eval_fraction=0.1, tracking="tensorboard", **overrides)))
+    result = subprocess.run([sys.executable, "-m", "tessera", "train", str(config),
+                             "--log-format", "json", *flags], capture_output=True, text=True,
+                            timeout=TRAIN_TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+
+
+def scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar series of the event files in `log_dir`, by tag: (step, value)."""
+    events = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {tag: [(event.step, event.value) for event in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"]}
+
+
+def stats_lines(graph: PlantedGraph) -> list[dict[str, Any]]:
+    text = (graph.root / "checkpoints" / "training_stats.json").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def cumulative_edges(lines: list[dict[str, Any]]) -> list[int]:
+    total, steps = 0, []
+    for line in lines:
+        total += line["stats"]["count"]
+        steps.append(total)
+    return steps
+
+
+def assert_chunks_match(curves: dict[str, list[tuple[int, float]]],
+                        lines: list[dict[str, Any]]) -> None:
+    """One point per training_stats.json line in every chunk curve, at the edges trained so
+    far, with the line's figure (TensorBoard keeps float32)."""
+    assert {tag.removeprefix("chunk/") for tag in curves if tag.startswith("chunk/")} \
+        == CHUNK_TAGS
+    expected = {"loss": [line["stats"]["metrics"]["loss"] for line in lines],
+                "edges_per_s": [line["stats"]["count"] / line["seconds"] for line in lines],
+                "eval_mrr": [line["eval_stats_after"]["mrr"] for line in lines],
+                "eval_hits_at_10": [line["eval_stats_after"]["hits@10"] for line in lines]}
+    for name, values in expected.items():
+        steps = [step for step, _ in curves[f"chunk/{name}"]]
+        assert steps == cumulative_edges(lines), name
+        assert [value for _, value in curves[f"chunk/{name}"]] == pytest.approx(values,
+                                                                                 rel=1e-6)
+
+
+def test_tensorboard_curves_hold_the_stats_of_the_run_and_of_a_resumed_one(
+        tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=2, num_edges=4000)
+    records = train(graph, tmp_path, num_epochs=2)
+    log_dir = graph.root / "checkpoints" / "tensorboard"  # the default: beside the checkpoints
+    curves = scalars(log_dir)
+    lines = stats_lines(graph)
+    assert len(lines) == 2 * 4  # two epochs of 2x2 buckets
+    assert_chunks_match(curves, lines)
+
+    # The JSON log's last figures are the last chunk's.
+    finished = next(r for r in records if r.get("event") == "training finished")
+    assert finished["loss"] == round(curves["chunk/loss"][-1][1], 5)
+    assert finished["eval_mrr"] == round(curves["chunk/eval_mrr"][-1][1], 4)
+
+    # One point per epoch, at its number: the edge-weighted mean of its chunks.
+    for epoch in (1, 2):
+        in_epoch = [line for line in lines if line["epoch_idx"] == epoch - 1]
+        edges = sum(line["stats"]["count"] for line in in_epoch)
+        ranked = sum(line["eval_stats_after"]["count"] for line in in_epoch)
+        loss = sum(line["stats"]["metrics"]["loss"] * line["stats"]["count"]
+                   for line in in_epoch) / edges
+        mrr = sum(line["eval_stats_after"]["mrr"] * line["eval_stats_after"]["count"]
+                  for line in in_epoch) / ranked
+        assert curves["epoch/loss"][epoch - 1] == (epoch, pytest.approx(loss, rel=1e-6))
+        assert curves["epoch/eval_mrr"][epoch - 1] == (epoch, pytest.approx(mrr, rel=1e-6))
+    assert [step for step, _ in curves["epoch/edges_per_s"]] == [1, 2]
+    assert all(value > 0 for _, value in curves["epoch/edges_per_s"])
+
+    # A rerun with one epoch more goes on from the checkpoint: its points continue the curves
+    # (in an event file of its own) rather than start again at 0.
+    train(graph, tmp_path, num_epochs=3)
+    assert len(list(log_dir.iterdir())) == 2
+    curves = scalars(log_dir)
+    lines = stats_lines(graph)
+    assert len(lines) == 3 * 4
+    assert_chunks_match(curves, lines)
+    assert [step for step, _ in curves["epoch/loss"]] == [1, 2, 3]
+
+
+def test_a_log_dir_on_s3_gets_the_event_files(tmp_path: Path, s3_dir: Any) -> None:
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=2000)
+    train(graph, tmp_path, num_epochs=2, tracking_path=s3_dir.url,
+          storage_options=s3_dir.storage_options)
+    remote = Directory(s3_dir.url, s3_dir.storage_options)
+    local = Directory(str(tmp_path / "downloaded"))
+    names = remote.listdir()
+    assert len(names) == 1 and names[0].startswith("events.out.tfevents.")
+    remote.copy(names[0], local)
+    curves = scalars(tmp_path / "downloaded")
+    assert_chunks_match(curves, stats_lines(graph))
+    assert not (graph.root / "checkpoints" / "tensorboard").exists()
+
+
+def test_trainer_0_of_a_distributed_job_writes_every_trainers_chunks(tmp_path: Path) -> None:
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=4, num_edges=4000)
+    train(graph, tmp_path, "--local-cluster", num_epochs=2, num_machines=2)
+    log_dir = graph.root / "checkpoints" / "tensorboard"
+    assert len(list(log_dir.iterdir())) == 1  # the other trainer writes none
+    lines = stats_lines(graph)
+    assert len(lines) == 2 * 16
+    curves = scalars(log_dir)
+    assert_chunks_match(curves, lines)
+    assert [step for step, _ in curves["epoch/loss"]] == [1, 2]
+
+
+def test_without_tensorboardx_training_is_refused_naming_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import fails, as if not installed
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(graph.config(tracking="tensorboard")))
+    assert main(["train", str(config), "--quiet"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "pip install 'tessera[tracking]'" in error
+    assert not (graph.root / "checkpoints").exists()  # refused before any work
+
+
+def test_only_the_committing_trainer_tracks(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trainer 0 commits, with every trainer's stats; the others have nothing to write and
+    need no tensorboardX."""
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    reporter = Reporter("quiet")
+    with tracking(parse_config(graph.config(tracking="tensorboard")), reporter, rank=1):
+        assert reporter.listeners == []
+
+
+def test_figures_that_are_not_numbers_are_left_out() -> None:
+    """A held-out set too small to rank has NaN metrics: no point rather than a NaN one."""
+    line = {"stats": {"count": 10, "metrics": {"loss": 2.0, "reg": 0.0}}, "seconds": 0.5,
+            "eval_stats_after": {"count": 0, "mrr": float("nan"), "hits@1": float("nan")}}
+    assert chunk_scalars(line) == {"loss": 2.0, "reg": 0.0, "edges_per_s": 20.0}
+    epoch = EpochTotals()
+    epoch.add(line)
+    assert set(epoch.scalars(epoch.started + 1.0)) == {"loss", "reg", "edges_per_s"}
+
+
+def test_an_upload_that_fails_is_logged_and_training_goes_on(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise TransientError("s3://bucket/tb: storage unreachable; retry")
+
+    monkeypatch.setattr(Directory, "copy", refuse)
+    tracker = TensorBoardTracker(Directory("memory://tessera-tracking-test"),
+                                 summary_writer_class())
+    line = {"stats": {"count": 10, "metrics": {"loss": 2.0}}, "seconds": 0.5}
+    tracker.record(event_record(CHUNK_STATS, epoch=1, stats=[line], epoch_ended=True))
+    tracker.close()
+    assert caplog.text.count("tracking files not uploaded") == 2  # the checkpoint's, the end's

@@ -1,0 +1,116 @@
+"""`tessera tune` end to end on a planted graph: a best config that `tessera train` takes, a
+study that a second run continues, pruning that stops a hopeless trial, and a test split that
+is never read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+from support.planted import write_planted_graph
+
+from tessera.cli import main
+
+# The planted graph's `test` edge set plays the validation split here; the config names a
+# test split that does not exist, so that reading it would fail.
+SPACE = {"lr": {"low": 0.05, "high": 0.5, "log": True}, "dimension": {"choices": [8, 16]}}
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    graph = write_planted_graph(tmp_path, 1, num_entities=100, num_edges=2000)
+    config = graph.config(num_epochs=3, eval_fraction=0.1,
+                          edge_paths=[str(tmp_path / "train"), str(tmp_path / "test"),
+                                      str(tmp_path / "missing-test")])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    write_space(tmp_path, SPACE)
+    return tmp_path
+
+
+def write_space(root: Path, space: dict[str, Any], name: str = "space.yaml") -> Path:
+    (root / name).write_text(yaml.safe_dump(space))
+    return root / name
+
+
+def tune(root: Path, *args: str, space: str = "space.yaml") -> int:
+    return main(["tune", str(root / "config.yaml"), "-p", f"edge_paths={root / 'train'}",
+                 "--valid", str(root / "test"), "--space", str(root / space), "--quiet",
+                 *args])
+
+
+def study_of(root: Path) -> optuna.Study:
+    return optuna.load_study(study_name="tessera-tune",
+                             storage=f"sqlite:///{root / 'checkpoints' / 'tune' / 'study.db'}")
+
+
+def test_a_tune_writes_a_best_config_that_train_takes(
+        workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tune(workspace, "--trials", "2") == 0
+    out = capsys.readouterr().out
+    best = workspace / "checkpoints" / "tune" / "best.yaml"
+    assert f"best config: {best}" in out and f"tessera train {best}" in out
+    config = yaml.safe_load(best.read_text())
+    study = study_of(workspace)
+    assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 2
+    assert config["lr"] == study.best_params["lr"]
+    assert config["dimension"] == study.best_params["dimension"]
+    assert study.best_value > 0.2  # far above random on the planted communities
+    # Trained on the training split alone, into the user's checkpoint_path.
+    assert config["edge_paths"] == [str(workspace / "train")]
+    assert config["checkpoint_path"] == str(workspace / "checkpoints")
+    trials = sorted(p.name for p in (workspace / "checkpoints" / "tune").glob("trial_*"))
+    assert trials == [f"trial_{study.best_trial.number}"]  # the others deleted
+    assert main(["train", str(best), "--quiet"]) == 0
+    assert (workspace / "checkpoints" / "checkpoint_version.txt").read_text().strip() == "3"
+
+
+def test_running_again_continues_the_study(workspace: Path) -> None:
+    assert tune(workspace, "--trials", "2") == 0
+    first = [(t.number, t.params, t.value) for t in study_of(workspace).trials]
+    assert tune(workspace, "--trials", "2") == 0  # its budget is spent: nothing to add
+    assert [(t.number, t.params, t.value) for t in study_of(workspace).trials] == first
+    assert tune(workspace, "--trials", "3") == 0
+    trials = study_of(workspace).trials
+    assert [(t.number, t.params, t.value) for t in trials[:2]] == first
+    assert len(trials) == 3 and trials[2].state == TrialState.COMPLETE
+    assert trials[2].params != trials[0].params  # a new draw, not the first run's again
+
+
+def test_a_hopeless_trial_is_pruned(workspace: Path) -> None:
+    write_space(workspace, {"lr": {"low": 0.3, "high": 0.3}}, "good.yaml")
+    write_space(workspace, {"lr": {"low": 0.0, "high": 0.0}}, "hopeless.yaml")
+    assert tune(workspace, "--trials", "1", space="good.yaml") == 0
+    assert tune(workspace, "--trials", "2", "--startup-trials", "1", "--warmup-epochs", "0",
+                space="hopeless.yaml") == 0
+    good, hopeless = study_of(workspace).trials
+    assert good.state == TrialState.COMPLETE and good.intermediate_values
+    assert hopeless.state == TrialState.PRUNED
+    assert len(hopeless.intermediate_values) < 3  # stopped before its last epoch
+    assert not (workspace / "checkpoints" / "tune" / f"trial_{hopeless.number}").exists()
+
+
+def test_a_continued_study_refuses_other_choices(
+        workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tune(workspace, "--trials", "1") == 0
+    write_space(workspace, {**SPACE, "dimension": {"choices": [8, 32]}})
+    assert tune(workspace, "--trials", "2") == 65
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "space.yaml: dimension: its choices, or the kind of its range, differ" in err
+    assert len(study_of(workspace).trials) == 1
+
+
+def test_a_trial_left_running_by_a_killed_run_is_failed_and_tried_again(
+        workspace: Path) -> None:
+    (workspace / "checkpoints" / "tune").mkdir(parents=True)
+    killed = optuna.create_study(
+        study_name="tessera-tune", direction="maximize",
+        storage=f"sqlite:///{workspace / 'checkpoints' / 'tune' / 'study.db'}")
+    killed.ask()  # a trial that a SIGKILLed run left marked as running
+    assert tune(workspace, "--trials", "1") == 0
+    assert [t.state for t in study_of(workspace).trials] == [TrialState.FAIL,
+                                                             TrialState.COMPLETE]

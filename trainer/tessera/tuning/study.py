@@ -1,0 +1,142 @@
+"""The Optuna study of `tessera tune`, kept in SQLite in the tune folder beside the checkpoints
+(`<checkpoint_path>/tune/study.db`), so that running the same command again continues it.
+
+Each trial trains into `tune/trial_<N>`; once a trial ends, the folders of every finished
+trial but the best are deleted, and when it is the best so far, `tune/best.yaml` is written:
+the user's config with the trial's values, which `tessera train` takes as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+import yaml
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import FrozenTrial, TrialState
+
+from ..config import parse_config
+from ..config.redaction import redacted
+from ..errors import ConfigError
+from .space import Dimension, SearchSpace, with_values
+from .trial import Judging, run_trial
+
+STUDY_FILE = "study.db"
+STUDY_NAME = "tessera-tune"
+BEST_CONFIG = "best.yaml"
+# What counts against the budget of --trials: a trial that failed (an error, Ctrl-C) is
+# tried again.
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass(frozen=True)
+class TuneSetup:
+    """What every trial shares: the user's config (-p applied), the space and the judging."""
+
+    raw_config: dict[str, Any]
+    space: SearchSpace
+    judging: Judging
+    tune_dir: Path
+
+
+def open_study(tune_dir: Path, seed: int, startup_trials: int,
+               warmup_epochs: int) -> optuna.Study:
+    """The study of `tune_dir`, created or continued. Call it holding the tune folder's
+    lease: a trial still marked running was left by a run that was killed, and is failed."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # trials are reported as events
+    tune_dir.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(
+        storage=f"sqlite:///{(tune_dir / STUDY_FILE).resolve()}", study_name=STUDY_NAME,
+        direction="maximize", load_if_exists=True,
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=startup_trials,
+                                           n_warmup_steps=warmup_epochs))
+    for stale in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        study.tell(stale.number, state=TrialState.FAIL)
+    # Seeded, and with the trials so far: a continued study draws new values, not the first
+    # run's again.
+    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))
+    return study
+
+
+def check_space_continues(study: optuna.Study, space: SearchSpace, tune_dir: Path) -> None:
+    """Refuse a space whose key changed kind (range or choices, log or not, int or float) or
+    choices since the study's earlier trials: Optuna cannot continue a study so (a range's
+    ends may change)."""
+    earlier: dict[str, BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        earlier.update(trial.distributions)
+    for dimension in space.dimensions:
+        old = earlier.get(dimension.key)
+        if old is not None and not _continues(dimension, old):
+            raise ConfigError(f"{space.origin}: {dimension.key}", (
+                "its choices, or the kind of its range, differ from the earlier trials' of "
+                f"this study; restore them, or start a new study (remove {tune_dir})"))
+
+
+def _continues(dimension: Dimension, old: BaseDistribution) -> bool:
+    if dimension.choices is not None:
+        return isinstance(old, CategoricalDistribution) and \
+            tuple(old.choices) == dimension.choices
+    kind = IntDistribution if dimension.integer else FloatDistribution
+    return isinstance(old, kind) and old.log == dimension.log
+
+
+def finished_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return max(complete, key=lambda trial: trial.value or 0.0, default=None)
+
+
+def trial_dir(tune_dir: Path, number: int) -> Path:
+    return tune_dir / f"trial_{number}"
+
+
+def objective(setup: TuneSetup, on_trial: Callable[[int], None],
+              on_progress: Callable[[dict[str, Any]], None]) -> Callable[[optuna.Trial], float]:
+    """Optuna's objective: a trial's values, its config, its training and its judging."""
+
+    def run(trial: optuna.Trial) -> float:
+        on_trial(trial.number)
+        folder = trial_dir(setup.tune_dir, trial.number)
+        shutil.rmtree(folder, ignore_errors=True)  # a study's number is never reused
+        values = setup.space.suggest(trial)
+        config = parse_config(with_values(setup.raw_config,
+                                          {**values, "checkpoint_path": str(folder)}))
+        return run_trial(trial, config, setup.judging, on_progress)
+
+    return run
+
+
+def keep_only_best(study: optuna.Study, tune_dir: Path) -> None:
+    """Delete the folders of the finished trials other than the best, to save disk."""
+    best = best_trial(study)
+    for trial in study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.FAIL)):
+        if best is None or trial.number != best.number:
+            shutil.rmtree(trial_dir(tune_dir, trial.number), ignore_errors=True)
+
+
+def write_best_config(setup: TuneSetup, best: FrozenTrial, total: int) -> Path:
+    """`tune/best.yaml`: the user's config with the best trial's values, written whole or
+    not at all; secrets in storage_options read `<redacted>`, as in a checkpoint's config."""
+    config = redacted(with_values(setup.raw_config, best.params))
+    header = (f"# Chosen by tessera tune: trial {best.number} of {total}, filtered MRR "
+              f"{best.value:.4f} on {setup.judging.valid_path}.\n"
+              f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n")
+    path = setup.tune_dir / BEST_CONFIG
+    partial = path.with_name(f".{BEST_CONFIG}.tmp")
+    partial.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    os.replace(partial, path)
+    return path

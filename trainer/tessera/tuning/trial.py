@@ -1,0 +1,142 @@
+"""One trial of `tessera tune`: train a config into a folder of its own, then judge it by the
+filtered MRR of the validation edge set.
+
+Training runs in this process, reporting to a quiet `Reporter` whose listener sees each
+bucket's progress record (loss, held-out MRR when `eval_fraction` > 0) and each committed
+checkpoint. At the end of an epoch the listener reports the epoch's mean held-out MRR to the
+Optuna trial, and raises `TrialPruned` there, as Ctrl-C raises KeyboardInterrupt, when the
+pruner gives up on it: training stops as it stops for any error, its workers ended and its
+lease released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing import resource_sharer
+from typing import Any
+
+import optuna
+
+from ..config import ConfigSchema
+from ..evaluation.command import evaluate_checkpoint
+from ..log_records import (
+    BUCKETS_DONE,
+    CHECKPOINT_COMMITTED,
+    CHUNKS_DONE,
+    CHUNKS_TOTAL,
+    EVENT,
+    LOSS,
+    MRR,
+    PROGRESS,
+    TRAIN_TASK,
+    is_number,
+)
+from ..progress import Reporter
+from ..training.coordinator import train
+
+# The validation MRR given to a trial whose loss stopped being a number: its scores are NaN,
+# and a NaN score outranks nothing, which would read as a perfect MRR.
+DIVERGED_MRR = 0.0
+
+
+@dataclass(frozen=True)
+class Judging:
+    """How every trial is judged: the validation edge set, ranked filtered."""
+
+    valid_path: str
+    filter_paths: tuple[str, ...]  # other known true edges, besides training's and valid's
+
+
+class Diverged(Exception):  # noqa: N818 - named as what happened to the trial
+    """The training loss became NaN or infinite: the trial cannot get better."""
+
+
+class EpochReports:
+    """A listener of a trial's training: forwards its progress, and reports each epoch's
+    mean held-out MRR to the Optuna trial, stopping the trial where the pruner says."""
+
+    def __init__(self, trial: optuna.Trial, num_epochs: int,
+                 on_progress: Callable[[dict[str, Any]], None]) -> None:
+        self.trial = trial
+        self.num_epochs = max(num_epochs, 1)
+        self.on_progress = on_progress
+        self.mrrs: dict[int, float] = {}  # held-out MRR by buckets_done, this epoch
+        # Buckets done by the last epoch reported: a record repeats the last bucket's fields
+        # until the next bucket ends (the live line moves during a bucket too).
+        self.reported_through = 0
+        self.diverged = False
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        if record.get(PROGRESS) == TRAIN_TASK:
+            self.on_progress(record)
+            buckets = record.get(BUCKETS_DONE)
+            if is_number(record.get(MRR)) and isinstance(buckets, int) \
+                    and buckets > self.reported_through:
+                self.mrrs[buckets] = record[MRR]
+            loss = record.get(LOSS)
+            if isinstance(loss, float) and not math.isfinite(loss):
+                self.diverged = True
+        elif record.get(EVENT) == CHECKPOINT_COMMITTED:
+            self._checkpoint_committed(record)
+
+    def _checkpoint_committed(self, record: dict[str, Any]) -> None:
+        if self.diverged:
+            raise Diverged
+        per_epoch = max(int(record[CHUNKS_TOTAL]) // self.num_epochs, 1)
+        done = int(record[CHUNKS_DONE])
+        if done % per_epoch or not self.mrrs:
+            return  # not the end of an epoch, or no held-out edges (eval_fraction: 0)
+        self.trial.report(sum(self.mrrs.values()) / len(self.mrrs), step=done // per_epoch)
+        self.reported_through = max(self.mrrs)
+        self.mrrs = {}
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(f"epoch {done // per_epoch}: held-out MRR below the "
+                                     "other trials'")
+
+
+def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
+              on_progress: Callable[[dict[str, Any]], None]) -> float:
+    """Train `config` (its checkpoint_path the trial's folder) and return the filtered MRR
+    of the validation edges; raises TrialPruned if the pruner stops it."""
+    reports = EpochReports(trial, config.num_epochs, on_progress)
+    reporter = Reporter("quiet")
+    reporter.listeners.append(reports)
+    try:
+        summary = train(config, reporter)
+    except Diverged:
+        return _diverged(trial)
+    finally:
+        stop_descriptor_server()
+    if reports.diverged or (summary.last_loss is not None
+                            and not math.isfinite(summary.last_loss)):
+        return _diverged(trial)
+    metrics = validation_metrics(config, judging, reporter)
+    trial.set_user_attr("valid_metrics", {key: value for key, value in metrics.items()
+                                          if is_number(value)})
+    return float(metrics["mrr"])
+
+
+def validation_metrics(config: ConfigSchema, judging: Judging,
+                       reporter: Reporter) -> dict[str, Any]:
+    """The filtered metrics of the validation edges under the trial's checkpoint; the edges
+    known true are training's, validation's and the given filter paths' (never the test
+    split's unless the user names it)."""
+    known = list(dict.fromkeys([*config.edge_paths, judging.valid_path, *judging.filter_paths]))
+    return evaluate_checkpoint(dataclasses.replace(config, edge_paths=[judging.valid_path]),
+                               reporter, filtered=True, filter_paths=known)
+
+
+def stop_descriptor_server() -> None:
+    """Stop the thread through which multiprocessing hands file descriptors (shared tensors)
+    between processes, started by the first trial's Hogwild workers and otherwise kept for
+    good: with a second thread alive, the next trial's workers are spawned rather than forked
+    (`hogwild.start_method`), seconds of start-up each. No worker is alive between trials."""
+    resource_sharer.stop()
+
+
+def _diverged(trial: optuna.Trial) -> float:
+    trial.set_user_attr("diverged", True)
+    return DIVERGED_MRR
