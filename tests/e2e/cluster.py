@@ -37,6 +37,10 @@ Launcher = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]
 STOP_SECONDS = 10.0
 JOB_SECONDS = 120.0  # the longest a job of these tests may take, on a busy machine
 STATUS_SECONDS = 30.0  # the operator reads progress at least every 10 s
+# kube-controller-manager's garbage collector learns of a new kind (the EmbeddingJob CRD,
+# installed after it started) at its next discovery resync, every 30 s: until then it leaves
+# the dependents of a deleted job in place.
+GC_SECONDS = 75.0
 # What a node gives every container besides the pod's environment: one intra-op thread (the
 # machine is small), and the loopback interface for torch's process groups.
 NODE_ENV = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "TP_SOCKET_IFNAME": "lo"}

@@ -212,15 +212,15 @@ class KubeEmulator(kmock.KubernetesEmulator):
                           lines: int | None) -> AsyncIterator[bytes]:
         """The log as it grows (`kubectl logs -f`): the tail, then what the container writes,
         read every `FOLLOW_POLL_SECONDS`, until the pod finished, is gone or was replaced, and
-        all of its log was sent. A newer container's log, the server stopping, or the kubelet
-        becoming unreachable (`log_fault` 500: a real one's streams end when it goes away)
-        end it sooner."""
+        all of its log was sent. A newer container's log, the server stopping, or a log fault
+        (the kubelet unreachable, or refusing: its streams in progress end too) end it
+        sooner."""
         read, first = 0, True
         while True:
             pod = self._current(key)
             over = pod is None or pod["metadata"]["uid"] != uid or \
                 pod.get("status", {}).get("phase") in FINISHED  # before reading: all is written
-            cut = self._closing or self.log_fault == 500 or \
+            cut = self._closing or self.log_fault is not None or \
                 self.log_sources.get((key[1] or "", key[2])) is not source
             text = source()[read:]
             read += len(text)
@@ -560,8 +560,8 @@ class ApiServer:
         return self.call(read())
 
     def fail_logs(self, status: int | None) -> None:
-        """Answer pods/log with this error status from now on (None: serve logs again); 500
-        (the kubelet unreachable) also ends the log streams in progress."""
+        """Answer pods/log with this error status from now on (None: serve logs again); the
+        log streams in progress end."""
         async def set_fault() -> None:
             self.emulator.log_fault = status
 

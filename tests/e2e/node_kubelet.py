@@ -59,7 +59,8 @@ class NodeKubelet(Kubelet):
     # --- the test's side ----------------------------------------------------------------------
 
     def answer_logs_with(self, status: int | None) -> None:
-        """Answer log requests with this error status from now on (None: the log)."""
+        """Answer log requests with this error status from now on (None: the log); the
+        streams in progress end, as a kubelet that starts refusing drops its connections."""
         async def set_fault() -> None:
             self._log_fault = status
 
@@ -152,6 +153,7 @@ class NodeKubelet(Kubelet):
                 if data:
                     await response.write(data)
                 if not running or left == 0 or site is None or self._site is not site or \
+                        self._log_fault is not None or \
                         self._logs[pod][-1] != log or request.transport is None:
                     break
                 await asyncio.sleep(FOLLOW_POLL_SECONDS)

@@ -69,8 +69,8 @@ class RealApi:
 
     def fail_logs(self, status: int | None) -> None:
         """pods/log answers with this status from now on (None: the log again): 500 by closing
-        the kubelet's endpoint (which ends the log streams in progress), others by the endpoint
-        answering them."""
+        the kubelet's endpoint, others by the endpoint answering them; either way the log
+        streams in progress end."""
         if status == ENDPOINT_DOWN:
             self.kubelet.stop_log_endpoint()
         else:

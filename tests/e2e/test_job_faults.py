@@ -80,8 +80,8 @@ def test_a_pod_stuck_terminating_shows_the_restart_never_pending(cluster: Cluste
     cluster.kube.apply(secret)
     cluster.kube.apply(job)
     cluster.wait_for_log(TRAINER, COMMITTED, JOB_SECONDS)
-    cluster.wait_for_phase("umls", "Running", STATUS_SECONDS)
     cluster.pause(TRAINER)  # mid-run, so that it cannot finish while it is stuck
+    cluster.wait_for_phase("umls", "Running", STATUS_SECONDS)
 
     cluster.kubelet.hold_deletions()
     cluster.kube.delete("v1", "Pod", TRAINER)  # `kubectl delete pod`, a drain, an eviction

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from e2e.cluster import (
+    GC_SECONDS,
     JOB_API,
     JOB_KIND,
     JOB_SECONDS,
@@ -91,7 +92,7 @@ def test_a_job_trains_to_success_and_deleting_it_keeps_the_checkpoints(
                and not cluster.kube.list("v1", "ConfigMap", "tessera.dev/job=umls")
                and not cluster.kube.list("networking.k8s.io/v1", "NetworkPolicy",
                                          "tessera.dev/job=umls"),
-               "the job and its children to be deleted", STATUS_SECONDS)
+               "the job and its children to be deleted", GC_SECONDS)
     assert training_data.checkpoint_version(training_data.checkpoint_path) == 6
 
 
