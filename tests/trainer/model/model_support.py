@@ -1,4 +1,5 @@
-"""What the model tests share: random embedding tables, and how well a model ranks edges."""
+"""What the model tests share: random embedding tables, how well a model ranks edges, and
+row gradients summed into a dense tensor."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 
 from tessera.edgelist import EdgeList
 from tessera.model import EmbeddingModel
+from tessera.model.rows import RowGradients
 
 
 def random_table(rows: int, generator: torch.Generator) -> torch.Tensor:
@@ -24,3 +26,12 @@ def ranking_accuracy(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Te
         real = neg > float("-inf")
         shares.append(((pos.unsqueeze(1) > neg) & real).sum().item() / real.sum().item())
     return min(shares)
+
+
+def dense(rows: list[RowGradients], table: torch.Tensor) -> torch.Tensor:
+    """The summed gradient of every row of `table`, zero for rows the batch did not use."""
+    total = torch.zeros_like(table)
+    for entry in rows:
+        if entry.table is table:
+            total.index_add_(0, entry.rows, entry.grads)
+    return total

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from model_support import dense
 
 from tessera import kernels
 from tessera.edgelist import EdgeList
@@ -62,15 +63,6 @@ def random_edges(num_edges: int, lhs_rows: int, rhs_rows: int) -> EdgeList:
     return EdgeList.from_ids(torch.zeros(num_edges, dtype=torch.long),
                              torch.randint(lhs_rows, (num_edges,), generator=generator),
                              torch.randint(rhs_rows, (num_edges,), generator=generator))
-
-
-def dense(rows: list[RowGradients], table: torch.Tensor) -> torch.Tensor:
-    """The summed gradient of every row of `table`, zero for rows the batch did not use."""
-    total = torch.zeros_like(table)
-    for entry in rows:
-        if entry.table is table:
-            total.index_add_(0, entry.rows, entry.grads)
-    return total
 
 
 def both_ways(model: EmbeddingModel, edges: EdgeList, lhs: torch.Tensor, rhs: torch.Tensor,

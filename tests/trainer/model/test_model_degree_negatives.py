@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from model_support import random_table, ranking_accuracy
+from model_support import dense, random_table, ranking_accuracy
 
 from tessera.edgelist import EdgeList
 from tessera.model import EmbeddingModel
@@ -99,14 +99,6 @@ def test_degree_negatives_follow_the_uniform_ones_in_each_chunk() -> None:
                                num_degree_negs=4, **options)
     assert no_pool.extra_rows is not None and no_pool.extra_rows.shape == (4, 6)
     assert degree_negatives(0, {"k": pool}, "k", "k") is None
-
-
-def dense(rows: list[RowGradients], table: torch.Tensor) -> torch.Tensor:
-    total = torch.zeros_like(table)
-    for entry in rows:
-        if entry.table is table:
-            total.index_add_(0, entry.rows, entry.grads)
-    return total
 
 
 @pytest.mark.parametrize("loss", ["ranking", "softmax"])
