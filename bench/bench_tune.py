@@ -2,14 +2,16 @@
 the chosen config's filtered test MRR.
 
 For each dataset: import train/valid/test, run `tessera tune` on the training split with the
-shipped config's regime (examples/{dataset}/config.yaml: ComplEx, all_negs, softmax; the keys
-the space names are the tuner's to choose) and the built-in search space, judged on valid
+shipped config's regime (examples/{dataset}/config.yaml: ComplEx, all_negs, softmax; or
+`--config NAME`: examples/{dataset}/NAME.yaml; the keys the space names are the tuner's to
+choose) and the built-in search space, judged on valid
 (train and valid edges filtered; the test split is not read), then rank the test split
 filtered (train, valid and test edges known, as papers do): with the best trial's own checkpoint,
 and after training `best.yaml` anew as a user would, with `--seeds` seeds (Hogwild's races
 make runs of one config differ by about 0.01 on these small graphs).
 
     python bench/bench_tune.py --data nations=/tmp/kgdata/nations --trials 30
+    python bench/bench_tune.py --config reciprocal --data nations=/tmp/kgdata/nations
     python bench/bench_tune.py --datasets umls --space my_space.yaml -p eval_fraction=0.05
 
 Data as bench_quality.py finds it (UMLS bundled, Nations from --data or the ConvE repository).
@@ -36,11 +38,11 @@ from bench_train import write_json_config  # noqa: E402
 TESSERA = [sys.executable, "-m", "tessera"]
 
 
-def prepare(dataset: str, folder: Path, files: dict[str, Path]) -> Path:
+def prepare(dataset: str, folder: Path, files: dict[str, Path], regime: str) -> Path:
     """A fresh folder with the three splits imported; the config's path."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    config = {**tuned_config(dataset), "entity_path": str(folder / "entities"),
+    config = {**tuned_config(dataset, regime), "entity_path": str(folder / "entities"),
               "edge_paths": [str(folder / "edges" / split) for split in SPLITS],
               "checkpoint_path": str(folder / "checkpoints")}
     path = write_json_config(folder / "config.json", config)
@@ -87,8 +89,8 @@ def test_metrics(folder: Path, config: Path, checkpoint: Path, name: str) -> dic
 
 
 def one_dataset(dataset: str, files: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
-    folder = OUTPUT / "tune" / dataset
-    config = prepare(dataset, folder, files)
+    folder = OUTPUT / "tune" / f"{dataset}_{args.config}"
+    config = prepare(dataset, folder, files, args.config)
     seconds = run_tune(folder, config, args)
     best_config = folder / "checkpoints" / "tune" / "best.yaml"
     chosen = yaml.safe_load(best_config.read_text())
@@ -98,7 +100,7 @@ def one_dataset(dataset: str, files: dict[str, Path], args: argparse.Namespace) 
     from_trial = test_metrics(folder, best_config, trial_checkpoint, "best_trial")
     retrained = [retrain(folder, best_config, seed) for seed in range(args.seeds)]
     result = {
-        "dataset": dataset, "trials": len(events),
+        "dataset": dataset, "regime": args.config, "trials": len(events),
         "pruned": sum(e["state"] == "pruned" for e in events), "tune_seconds": seconds,
         "best_trial": best["trial"], "valid_mrr": best["valid_mrr"],
         "chosen": {key: chosen[key] for key in best if key in chosen},
@@ -141,6 +143,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
     parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--config", default="config", metavar="NAME",
+                        help="the regime: examples/{dataset}/NAME.yaml (default: config)")
     parser.add_argument("--space", help="a search-space file (default: the built-in space)")
     parser.add_argument("--seeds", type=int, default=3,
                         help="seeds best.yaml is trained anew with (0 to N-1)")
@@ -157,9 +161,10 @@ def main(argv: list[str] | None = None) -> None:
              (item.partition("=") for item in args.data)}
     results = [one_dataset(dataset, dataset_files(dataset, given), args)
                for dataset in args.datasets]
-    print(f"\n`tessera tune`, {args.trials} trials, space: {args.space or 'built-in'}, "
-          f"overrides: {args.overrides or 'none'}; valid MRR filtered by train+valid, test MRR "
-          f"by train+valid+test; best.yaml retrained with seeds 0-{args.seeds - 1}.")
+    print(f"\n`tessera tune` of examples/{{dataset}}/{args.config}.yaml, {args.trials} trials, "
+          f"space: {args.space or 'built-in'}, overrides: {args.overrides or 'none'}; valid MRR "
+          f"filtered by train+valid, test MRR by train+valid+test; best.yaml retrained with "
+          f"seeds 0-{args.seeds - 1}.")
     print_table(results)
 
 

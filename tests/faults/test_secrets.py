@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import h5py
 import pytest
 import s3fs
@@ -26,7 +27,12 @@ from support.workspace import IMPORT, TRAIN, build_workspace, write_config
 import tessera
 from tessera.cli import main
 from tessera.config import parse_config
-from tessera.config.redaction import REDACTED, check_not_redacted, redacted
+from tessera.config.redaction import (
+    REDACTED,
+    check_not_redacted,
+    redacted,
+    without_url_credentials,
+)
 from tessera.errors import EXIT_BAD_INPUT, ConfigError
 
 SECRETS = {
@@ -235,10 +241,67 @@ def test_redaction_keeps_only_harmless_options_at_any_depth() -> None:
 
 
 def test_the_marker_is_refused_where_a_credential_is_expected() -> None:
-    check_not_redacted(STORAGE_OPTIONS)
+    check_not_redacted({"storage_options": STORAGE_OPTIONS, "edge_paths": ["s3://b/x@y"]})
     with pytest.raises(ConfigError) as raised:
-        check_not_redacted(STORED_OPTIONS)
+        check_not_redacted({"storage_options": STORED_OPTIONS})
     assert raised.value.path == "storage_options.key"
     with pytest.raises(ConfigError) as raised:
-        check_not_redacted({"client_kwargs": {"aws_session_token": REDACTED}})
+        check_not_redacted({"storage_options": {"client_kwargs": {"aws_session_token": REDACTED}}})
     assert raised.value.path == "storage_options.client_kwargs.aws_session_token"
+    with pytest.raises(ConfigError) as raised:
+        check_not_redacted({"edge_paths": ["s3://b/train", f"s3://{REDACTED}@b/test"]})
+    assert raised.value.path == "edge_paths[1]"
+
+
+# Credentials written into a URL (ftp://user:password@host/...): the user's to give, and
+# then as secret as storage_options.
+
+URL_SECRET = "secret-url-password-3e9d71"
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    (f"s3://AKIA:{URL_SECRET}@bucket/ckpt", f"s3://{REDACTED}@bucket/ckpt"),
+    (f"ftp://me@host/a and http://u:{URL_SECRET}@h:8080/b?x=1",
+     f"ftp://{REDACTED}@host/a and http://{REDACTED}@h:8080/b?x=1"),
+    (f'{{"path": "sftp://u:{URL_SECRET}@h/x"}}', f'{{"path": "sftp://{REDACTED}@h/x"}}'),
+    ("s3://bucket/user@example.com/edges", "s3://bucket/user@example.com/edges"),
+    ("http://127.0.0.1:9000/bucket", "http://127.0.0.1:9000/bucket"),
+    ("mail me@host", "mail me@host"),
+])
+def test_a_urls_credentials_are_replaced_by_the_marker(text: str, shown: str) -> None:
+    assert without_url_credentials(text) == shown
+
+
+def test_redaction_takes_credentials_out_of_every_url_of_a_config() -> None:
+    config = {"checkpoint_path": f"s3://k:{URL_SECRET}@b/ckpt",
+              "edge_paths": ["edges/train", f"ftp://u:{URL_SECRET}@h/test"],
+              "storage_options": {"endpoint_url": f"http://u:{URL_SECRET}@minio:9000"}}
+    assert redacted(config) == {
+        "checkpoint_path": f"s3://{REDACTED}@b/ckpt",
+        "edge_paths": ["edges/train", f"ftp://{REDACTED}@h/test"],
+        "storage_options": {"endpoint_url": f"http://{REDACTED}@minio:9000"}}
+    with pytest.raises(ConfigError) as raised:
+        parse_config({**CONFIG, "checkpoint_path": f"s3://{REDACTED}@b/ckpt",
+                      "storage_options": {}})
+    assert raised.value.path == "checkpoint_path"
+
+
+@pytest.mark.parametrize("log_format", ["json", "human"])
+def test_a_url_with_credentials_is_neither_written_nor_printed(
+        copy: Path, log_format: str, capfd: pytest.CaptureFixture[str]) -> None:
+    memory = fsspec.filesystem("memory")
+    checkpoints = f"memory://me:{URL_SECRET}@bucket/{log_format}/ckpt"
+    _write_config(copy, checkpoint_path=checkpoints, storage_options={})
+    capfd.readouterr()
+    assert main([*TRAIN, "--log-format", log_format]) == 0, capfd.readouterr().err
+    missing = f"memory://me:{URL_SECRET}@bucket/nothing"
+    code = main(["eval", "config.yaml", "-p", f"edge_paths={missing}",
+                 "--log-format", log_format])
+    out, err = capfd.readouterr()
+    assert code == EXIT_BAD_INPUT
+    assert f"memory://{REDACTED}@bucket/nothing" in err.splitlines()[-1], err
+    assert f"memory://{REDACTED}@bucket/{log_format}/ckpt" in out + err  # the path is shown
+    assert URL_SECRET not in out + err
+    written = memory.find(f"me:{URL_SECRET}@bucket/{log_format}/ckpt")
+    assert any(path.endswith("epoch_2/config.json") for path in written), written
+    assert not [path for path in written if _leaks(memory.cat_file(path), [URL_SECRET])]

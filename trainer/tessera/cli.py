@@ -41,6 +41,13 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def _print_error(args: argparse.Namespace, error: Exception) -> None:
+    """The one line of a classified error; it names files, and a URL's password never."""
+    from .config.redaction import without_url_credentials
+
+    print(without_url_credentials(f"tessera {args.command}: error: {error}"), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -50,13 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _serve_metrics(args, reporter)
         return int(args.run(args, reporter) or 0)
     except TesseraError as error:
-        print(f"tessera {args.command}: error: {error}", file=sys.stderr)
+        _print_error(args, error)
         return error.exit_code
     except OSError as error:  # a disk error where no storage call named the file
         named = _named_os_error(error)
         if named is None:
             raise
-        print(f"tessera {args.command}: error: {named}", file=sys.stderr)
+        _print_error(args, named)
         return named.exit_code
     except KeyboardInterrupt:
         print(f"tessera {args.command}: interrupted", file=sys.stderr)

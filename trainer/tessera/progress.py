@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, Literal
 
+from .config.redaction import without_url_credentials
 from .log_records import event_record, is_number, json_line, progress_record
 
 Mode = Literal["auto", "human", "json", "quiet"]
@@ -95,10 +96,11 @@ class Reporter:
             listener(record)
 
     def _write_json(self, record: dict[str, Any]) -> None:
-        self.stream.write(json_line(record, time.time()) + "\n")
+        self.stream.write(without_url_credentials(json_line(record, time.time())) + "\n")
         self.stream.flush()
 
     def _write_line(self, line: str, *, transient: bool = False) -> None:
+        line = without_url_credentials(line)  # paths are shown, a URL's password never
         if transient:  # overwrite the current terminal line
             self._live = line
             self.stream.write("\r\x1b[2K" + line + (f"  | {self._folded}" if self._folded else ""))

@@ -164,7 +164,7 @@ def check_consistency(config: ConfigSchema) -> None:
     if config.eval_fraction >= 1:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
     check_transport_keys(config)
-    check_not_redacted(config.storage_options)
+    check_not_redacted(config.to_dict())
 
 
 def _check_corrupted_sides(config: ConfigSchema) -> None:

@@ -26,7 +26,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import parse_config
-from ..config.redaction import redacted
+from ..config.redaction import redacted, without_url_credentials
 from ..errors import ConfigError
 from .space import Dimension, SearchSpace, with_values
 from .trial import Judging, run_trial
@@ -137,6 +137,7 @@ def write_best_config(setup: TuneSetup, best: FrozenTrial, total: int) -> Path:
               f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n")
     path = setup.tune_dir / BEST_CONFIG
     partial = path.with_name(f".{BEST_CONFIG}.tmp")
-    partial.write_text(header + yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    text = without_url_credentials(header) + yaml.safe_dump(config, sort_keys=False)
+    partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
     return path
