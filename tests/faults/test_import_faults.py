@@ -29,6 +29,7 @@ from tessera.errors import EXIT_TRANSIENT, BadInputError
 from tessera.importing.dictionary_update import COMMIT_FILE, STAGING_FOLDER
 from tessera.importing.lease import LEASE_FILE
 from tessera.importing.publication import BUCKET_STAGING_FOLDER
+from tessera.querying.names import partition_names
 from tessera.storage import entities as entity_files
 from tessera.storage.edges import bucket_file, read_bucket
 from tessera.storage.fs import Directory
@@ -275,6 +276,26 @@ def test_an_import_killed_while_publishing_its_dictionary_reruns_to_the_same_res
     kill_and_rerun(config, kill, before, references[scenario])
     if scenario == "grown":  # the first import's edges keep their names
         assert decoded_edges(tmp_path / "old.json") == Counter(OLD_ROWS)
+
+
+def test_readers_of_names_see_a_committed_dictionary_before_it_is_moved(
+        tmp_path: Path, references: dict[str, object]) -> None:
+    """Killed after its commit and before any move: the names are only in the staging
+    folder, and the readers that ask whether a names file exists must find them there."""
+    config = workspace(tmp_path, "fresh", references)
+    code, stderr = finish(start(config, "move:0"))
+    assert code == KILLED, stderr
+    entities = entity_dir(config)
+    expected = references["fresh"]
+    assert isinstance(expected, dict)
+    for part in range(NUM_PARTITIONS):
+        names_file = entity_files.entity_names_file("node", part)
+        assert not entities.exists(names_file)  # nothing moved yet
+        assert entity_files.is_published(entities, names_file)
+        count = expected[f"count_{part}"]
+        assert partition_names(entities, "node", part, count) == expected[f"names_{part}"]
+    assert entity_files.is_published(entities, entity_files.DYNAMIC_RELATION_NAMES_FILE)
+    assert not entity_files.is_published(entities, "entity_names_other_0.json")
 
 
 REIMPORT_KILL_POINTS = ["stage:1", f"stage:{BUCKETS}", "write:" + COMMIT_FILE,

@@ -16,6 +16,7 @@ from ..errors import BadInputError, FormatError
 from ..storage.entities import (
     entity_count_file,
     entity_names_file,
+    is_published,
     read_entity_names,
 )
 from ..storage.fs import Directory
@@ -40,7 +41,7 @@ def partition_names(entity_dir: Directory, entity_type: str, part: int, count: i
     """The names of a partition's `count` entities by offset (`{part}:{offset}` without a
     names file); a names file of another length is refused."""
     names_file = entity_names_file(entity_type, part)
-    if not entity_dir.exists(names_file):
+    if not is_published(entity_dir, names_file):
         return [f"{part}:{offset}" for offset in range(count)]
     names = read_entity_names(entity_dir, entity_type, part)
     if len(names) != count:

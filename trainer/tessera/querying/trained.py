@@ -23,7 +23,11 @@ from ..model import EmbeddingModel
 from ..model.model_io import load_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
-from ..storage.entities import DYNAMIC_RELATION_NAMES_FILE, read_relation_names
+from ..storage.entities import (
+    DYNAMIC_RELATION_NAMES_FILE,
+    is_published,
+    read_relation_names,
+)
 from .names import EntityRow, locate, names_of, partition_names
 from .scoring import SIDES, Comparison, ModelScoring, RelationSide
 from .search import Hit, block_rows_for, search
@@ -190,6 +194,6 @@ class TrainedModel:
     def _read_relation_names(self) -> list[str]:
         if not self.config.dynamic_relations:
             return [relation.name for relation in self.config.relations]
-        if self._data.entity_dir.exists(DYNAMIC_RELATION_NAMES_FILE):
+        if is_published(self._data.entity_dir, DYNAMIC_RELATION_NAMES_FILE):
             return read_relation_names(self._data.entity_dir)
         return [str(index) for index in range(self._data.num_relations)]

@@ -140,6 +140,13 @@ def _read_text(directory: Directory, name: str) -> str:
         raise FormatError(directory.url_of(name), f"not UTF-8 text ({error})") from error
 
 
+def is_published(directory: Directory, name: str) -> bool:
+    """Whether a dictionary file exists, in place or in a committed staging folder (where an
+    import killed while moving left it): what readers take it from."""
+    staging = directory.subdirectory(STAGING_FOLDER)
+    return directory.exists(name) or (staging.exists(COMMIT_FILE) and staging.exists(name))
+
+
 def _read_published(directory: Directory, name: str) -> str:
     staging = directory.subdirectory(STAGING_FOLDER)
     if staging.exists(COMMIT_FILE):

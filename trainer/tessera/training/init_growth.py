@@ -27,7 +27,12 @@ from ..errors import BadInputError, FormatError
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
 from ..storage.edges import bucket_file
-from ..storage.entities import entity_count_file, entity_names_file, read_entity_names
+from ..storage.entities import (
+    entity_count_file,
+    entity_names_file,
+    is_published,
+    read_entity_names,
+)
 from ..storage.fs import Directory
 
 
@@ -47,7 +52,7 @@ def check_grown_partition(config: ConfigSchema, init: CheckpointStore, entity: s
     before = Directory.from_config(trained_on, config)
     now = Directory.from_config(config.entity_path, config)
     names_file = entity_names_file(entity, part)
-    if not (before.exists(names_file) and now.exists(names_file)):
+    if not (is_published(before, names_file) and is_published(now, names_file)):
         return
     known = read_entity_names(before, entity, part)[:rows]
     current = read_entity_names(now, entity, part)[:rows]
