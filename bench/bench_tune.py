@@ -12,6 +12,7 @@ make runs of one config differ by about 0.01 on these small graphs).
 
     python bench/bench_tune.py --data nations=/tmp/kgdata/nations --trials 30
     python bench/bench_tune.py --config reciprocal --data nations=/tmp/kgdata/nations
+    python bench/bench_tune.py --datasets nations --studies 5 --data nations=/tmp/kgdata/nations
     python bench/bench_tune.py --datasets umls --space my_space.yaml -p eval_fraction=0.05
 
 Data as bench_quality.py finds it (UMLS bundled, Nations from --data or the ConvE repository).
@@ -52,12 +53,13 @@ def prepare(dataset: str, folder: Path, files: dict[str, Path], regime: str) -> 
     return path
 
 
-def run_tune(folder: Path, config: Path, args: argparse.Namespace) -> float:
-    """`tessera tune` on the training split, judged on valid; its wall time."""
+def run_tune(folder: Path, config: Path, args: argparse.Namespace, study: int) -> float:
+    """`tessera tune` on the training split, judged on valid, its sampler and trials seeded
+    with `study`; its wall time."""
     edges = folder / "edges"
     command = [*TESSERA, "tune", str(config), "-p", f"edge_paths={edges / 'train'}",
-               "--valid", str(edges / "valid"), "--trials", str(args.trials),
-               "--log-format", "json"]
+               "-p", f"seed={study}", "--valid", str(edges / "valid"),
+               "--trials", str(args.trials), "--log-format", "json"]
     for override in args.overrides:
         command += ["-p", override]
     if args.space:
@@ -88,10 +90,11 @@ def test_metrics(folder: Path, config: Path, checkpoint: Path, name: str) -> dic
     return metrics
 
 
-def one_dataset(dataset: str, files: dict[str, Path], args: argparse.Namespace) -> dict[str, Any]:
-    folder = OUTPUT / "tune" / f"{dataset}_{args.config}"
+def one_study(dataset: str, files: dict[str, Path], args: argparse.Namespace,
+              study: int) -> dict[str, Any]:
+    folder = OUTPUT / "tune" / f"{dataset}_{args.config}_{study}"
     config = prepare(dataset, folder, files, args.config)
-    seconds = run_tune(folder, config, args)
+    seconds = run_tune(folder, config, args, study)
     best_config = folder / "checkpoints" / "tune" / "best.yaml"
     chosen = yaml.safe_load(best_config.read_text())
     events = trial_events(folder)
@@ -100,7 +103,7 @@ def one_dataset(dataset: str, files: dict[str, Path], args: argparse.Namespace) 
     from_trial = test_metrics(folder, best_config, trial_checkpoint, "best_trial")
     retrained = [retrain(folder, best_config, seed) for seed in range(args.seeds)]
     result = {
-        "dataset": dataset, "regime": args.config, "trials": len(events),
+        "dataset": dataset, "regime": args.config, "study": study, "trials": len(events),
         "pruned": sum(e["state"] == "pruned" for e in events), "tune_seconds": seconds,
         "best_trial": best["trial"], "valid_mrr": best["valid_mrr"],
         "chosen": {key: chosen[key] for key in best if key in chosen},
@@ -108,7 +111,7 @@ def one_dataset(dataset: str, files: dict[str, Path], args: argparse.Namespace) 
         "test_mrr_retrained": [m["mrr"] for m in retrained],
         "test_hits10_retrained": [m["hits@10"] for m in retrained]}
     (folder / "result.json").write_text(json.dumps(result, indent=2))
-    print(f"{dataset}: {json.dumps(result)}", flush=True)
+    print(f"{dataset}, study {study}: {json.dumps(result)}", flush=True)
     return result
 
 
@@ -126,17 +129,31 @@ def spread(values: list[float]) -> str:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    print("\n| dataset | trials (pruned) | tune wall time | best trial: chosen values | "
+    print("\n| dataset | study | trials (pruned) | tune wall time | best trial: chosen values | "
           "valid MRR | test MRR, best trial | test MRR, best.yaml retrained: median (range) |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         chosen = ", ".join(f"{key} {value:.3g}" if isinstance(value, float) else
                            f"{key} {value}" for key, value in r["chosen"].items())
-        print(f"| {r['dataset']} | {r['trials']} ({r['pruned']}) | "
+        print(f"| {r['dataset']} | {r['study']} | {r['trials']} ({r['pruned']}) | "
               f"{r['tune_seconds'] / 60:.1f} min | {r['best_trial']}: {chosen} | "
               f"{r['valid_mrr']:.3f} | {r['test_mrr_trial']:.3f} "
               f"(Hits@10 {r['test_hits10_trial']:.3f}) | {spread(r['test_mrr_retrained'])} "
               f"(Hits@10 {spread(r['test_hits10_retrained'])}) |")
+
+
+def print_medians(results: list[dict[str, Any]]) -> None:
+    """Each dataset's medians over its studies: what one tune run may be expected to give."""
+    print("\n| dataset | studies | tune wall time | test MRR, best trial | "
+          "test MRR, best.yaml retrained (median of each study's median) |")
+    print("|---|---|---|---|---|")
+    for dataset in dict.fromkeys(r["dataset"] for r in results):
+        mine = [r for r in results if r["dataset"] == dataset]
+        minutes = [r["tune_seconds"] / 60 for r in mine]
+        print(f"| {dataset} | {len(mine)} | {statistics.median(minutes):.1f} "
+              f"({min(minutes):.1f}-{max(minutes):.1f}) min | "
+              f"{spread([r['test_mrr_trial'] for r in mine])} | "
+              f"{spread([statistics.median(r['test_mrr_retrained']) for r in mine])} |")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -146,6 +163,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", default="config", metavar="NAME",
                         help="the regime: examples/{dataset}/NAME.yaml (default: config)")
     parser.add_argument("--space", help="a search-space file (default: the built-in space)")
+    parser.add_argument("--studies", type=int, default=1,
+                        help="tunes of each dataset, seeded 0 to N-1 (the sampler and trials)")
     parser.add_argument("--seeds", type=int, default=3,
                         help="seeds best.yaml is trained anew with (0 to N-1)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
@@ -159,13 +178,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     given = {name: Path(folder) for name, _, folder in
              (item.partition("=") for item in args.data)}
-    results = [one_dataset(dataset, dataset_files(dataset, given), args)
-               for dataset in args.datasets]
+    results = [one_study(dataset, dataset_files(dataset, given), args, study)
+               for dataset in args.datasets for study in range(args.studies)]
     print(f"\n`tessera tune` of examples/{{dataset}}/{args.config}.yaml, {args.trials} trials, "
           f"space: {args.space or 'built-in'}, overrides: {args.overrides or 'none'}; valid MRR "
           f"filtered by train+valid, test MRR by train+valid+test; best.yaml retrained with "
           f"seeds 0-{args.seeds - 1}.")
     print_table(results)
+    if args.studies > 1:
+        print_medians(results)
 
 
 if __name__ == "__main__":
