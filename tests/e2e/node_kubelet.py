@@ -17,7 +17,9 @@ container of the pod started, the endpoint was stopped, or the client hung up).
 Log faults, for tests: `answer_logs_with(status)` makes the endpoint answer with an error
 status (kube-apiserver passes 403 and 503 on), `stop_log_endpoint()` closes it (kube-apiserver
 cannot connect and answers 500; the streams it was serving end), `start_log_endpoint()` opens
-it again on the same port.
+it again on the same port. Closing the listener leaves kube-apiserver's kept-alive connections
+open, so requests that still come over them are answered 500 too, as kube-apiserver would
+answer on a new connection.
 """
 
 from __future__ import annotations
@@ -102,9 +104,9 @@ class NodeKubelet(Kubelet):
     async def _close_endpoint(self) -> None:
         """New connections are refused; the streams in progress see their site gone and end,
         as they would with a kubelet that went away."""
-        if self._site is not None:
-            await self._site.stop()
-            self._site = None
+        site, self._site = self._site, None  # first: the streams in progress see it and end
+        if site is not None:
+            await site.stop()
 
     async def _open_endpoint(self) -> None:
         if self._site is None and self._runner is not None:
@@ -114,6 +116,8 @@ class NodeKubelet(Kubelet):
 
     async def _serve_log(self, request: web.Request) -> web.StreamResponse:
         self.log_requests += 1
+        if self._site is None:  # over a connection kept alive from before the endpoint closed
+            return web.Response(status=500, text="log endpoint closed by the test")
         if self._log_fault is not None:
             return web.Response(status=self._log_fault, text="log fault injected by the test")
         if request.match_info["namespace"] != self.namespace:
@@ -140,6 +144,8 @@ class NodeKubelet(Kubelet):
         read, first = 0, True
         with contextlib.suppress(ConnectionError):  # the client hung up while we wrote
             while True:
+                if site is None or self._site is not site or self._log_fault is not None:
+                    break  # refusing now: not one more byte, as a kubelet that went away
                 running = self._writing(log)  # before reading: once exited, all is written
                 with open(log, "rb") as file:
                     file.seek(read)
@@ -152,9 +158,8 @@ class NodeKubelet(Kubelet):
                     left -= len(data)
                 if data:
                     await response.write(data)
-                if not running or left == 0 or site is None or self._site is not site or \
-                        self._log_fault is not None or \
-                        self._logs[pod][-1] != log or request.transport is None:
+                if not running or left == 0 or self._logs[pod][-1] != log or \
+                        request.transport is None:
                     break
                 await asyncio.sleep(FOLLOW_POLL_SECONDS)
             await response.write_eof()

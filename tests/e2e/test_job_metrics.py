@@ -48,12 +48,13 @@ def test_the_operator_metrics_follow_a_job(cluster: Cluster, s3_job: Any) -> Non
                       lambda samples: jobs_by_phase(samples) == only("Running"))
     assert reconciles(running) >= 2  # at least the creation and the Running one
 
-    # The node's log endpoint goes away and the paused trainer dies, as on an OOM kill: its
-    # followed log ends, reading it again fails, and the restart is not held up by that.
+    # The node's log endpoint goes away: the followed log ends and reading it again fails.
+    # Then the paused trainer dies, as on an OOM kill, and the restart is not held up by the
+    # log it cannot read.
     cluster.api.fail_logs(500)
-    assert cluster.kubelet.kill(TRAINER)
     scraped(cluster, "a failed log read", lambda samples: value(
         samples, "tessera_operator_progress_read_failures_total", reason="500"))
+    assert cluster.kubelet.kill(TRAINER)
     cluster.api.fail_logs(None)
     restarted = scraped(cluster, "a restart", lambda samples: value(
         samples, "tessera_operator_pod_restarts_total", namespace=NAMESPACE,
