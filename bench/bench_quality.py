@@ -232,10 +232,14 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key, value
 
 
+def local_copies(items: list[str]) -> dict[str, Path]:
+    """The datasets given as `--data NAME=DIR`, by name."""
+    return {name: Path(folder) for name, _, folder in (item.partition("=") for item in items)}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    given = {name: Path(folder) for name, _, folder in
-             (item.partition("=") for item in args.data)}
+    given = local_copies(args.data)
     pbg_bin = Path(args.pbg_python).parent if args.pbg_python else None
     systems = ["Tessera"] + (["PBG"] if pbg_bin is not None and not args.tuned else [])
     overrides = dict(parse_override(item) for item in args.overrides)

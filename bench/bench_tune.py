@@ -33,7 +33,15 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_quality import DATASETS, OUTPUT, SPLITS, dataset_files, run, tuned_config  # noqa: E402
+from bench_quality import (  # noqa: E402
+    DATASETS,
+    OUTPUT,
+    SPLITS,
+    dataset_files,
+    local_copies,
+    run,
+    tuned_config,
+)
 from bench_train import write_json_config  # noqa: E402
 
 TESSERA = [sys.executable, "-m", "tessera"]
@@ -176,8 +184,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    given = {name: Path(folder) for name, _, folder in
-             (item.partition("=") for item in args.data)}
+    given = local_copies(args.data)
     results = [one_study(dataset, dataset_files(dataset, given), args, study)
                for dataset in args.datasets for study in range(args.studies)]
     print(f"\n`tessera tune` of examples/{{dataset}}/{args.config}.yaml, {args.trials} trials, "

@@ -91,6 +91,20 @@ def train_both_ways(state: ModelState, task: WorkerTask) -> list[tuple[Any, ...]
     return outcomes
 
 
+def loops_agree(state: ModelState, task: WorkerTask) -> tuple[float, list[list[torch.Tensor]]]:
+    """Assert that both loops train a copy of `task` alike: the same edges, loss and state;
+    the compiled loop's loss and state."""
+    (loss, count, *batch_loop), (compiled_loss, compiled_count, *compiled) = \
+        train_both_ways(state, task)
+    assert count == compiled_count == len(task.edges)
+    assert compiled_loss == pytest.approx(loss, rel=1e-6)
+    for expected, actual in zip(batch_loop, compiled):
+        assert len(expected) == len(actual)
+        for want, got in zip(expected, actual):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    return compiled_loss, compiled
+
+
 CASES: dict[str, dict[str, Any]] = {
     "default setup, one table": {},
     "two entity types": {"two_types": True, "rows": (30, 50)},
@@ -109,14 +123,7 @@ CASES: dict[str, dict[str, Any]] = {
 def test_the_compiled_loop_trains_what_the_batch_loop_trains(case: str) -> None:
     state, task = worker_case(**CASES[case])
     assert compiled_loop.handles(state, task)
-    (loss, count, *batch_loop), (compiled_loss, compiled_count, *compiled) = \
-        train_both_ways(state, task)
-    assert count == compiled_count == len(task.edges)
-    assert compiled_loss == pytest.approx(loss, rel=1e-6)
-    for expected, actual in zip(batch_loop, compiled):
-        assert len(expected) == len(actual)
-        for want, got in zip(expected, actual):
-            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    _, compiled = loops_agree(state, task)
     # Training moved everything compared (the comparison is not of untouched state).
     assert not torch.equal(compiled[0][0], task.partitions[task.lhs_keys[0]].embeddings)
 
@@ -249,13 +256,7 @@ def test_degree_negatives_train_in_the_compiled_loop_as_in_the_batch_loop(case: 
     task = dataclasses.replace(task, degree_pools=pools, settings=dataclasses.replace(
         task.settings, num_degree_negs=4))
     assert compiled_loop.handles(state, task)
-    (loss, count, *batch_loop), (compiled_loss, compiled_count, *compiled) = \
-        train_both_ways(state, task)
-    assert count == compiled_count == len(task.edges)
-    assert compiled_loss == pytest.approx(loss, rel=1e-6)
-    for expected, actual in zip(batch_loop, compiled):
-        for want, got in zip(expected, actual):
-            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    compiled_loss, _ = loops_agree(state, task)
     # The degree draws changed what trained: not the run without them.
     plain_state, plain_task = worker_case(**CASES[case])
     plain_loss = train_part(plain_state, plain_task, compiled=True).loss

@@ -48,11 +48,10 @@ HARMLESS_STORAGE_OPTIONS = frozenset({
 
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of a config mapping fit to write or print; `config` itself is left as it is."""
-    copy = dict(config)
+    copy: dict[str, Any] = _without_url_credentials(config)  # a new mapping
     if isinstance(copy.get("storage_options"), Mapping):
         copy["storage_options"] = _redact(copy["storage_options"], "")
-    without_credentials: dict[str, Any] = _without_url_credentials(copy)
-    return without_credentials
+    return copy
 
 
 def without_url_credentials(text: str) -> str:
@@ -81,7 +80,7 @@ def check_not_redacted(config: Mapping[str, Any]) -> None:
                               "the credentials come from the environment")
     for path, value in _leaves(config, ""):
         if isinstance(value, str) and f"{REDACTED}@" in value:
-            raise ConfigError(path.lstrip("."), f"holds {REDACTED!r}, the placeholder that "
+            raise ConfigError(path, f"holds {REDACTED!r}, the placeholder that "
                               "checkpoints hold instead of a URL's credentials; give the "
                               "credentials, in the URL or in storage_options")
 
@@ -102,7 +101,7 @@ def _redact(options: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     if isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _leaves(item, f"{path}.{key}")
+            yield from _leaves(item, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _leaves(item, f"{path}[{index}]")
