@@ -24,21 +24,13 @@ from .log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EVALUATION_FI
 from .openmp_waits import shorten_spinning
 from .os_errors import classify_local
 from .progress import Reporter, report_logs
+from .stop_signals import Terminated, install_stop_handlers
 from .training.allocator import one_heap_for_all_threads
 
 # Exit codes of a command stopped by a signal, as shells report them: 128 + the signal.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 EXIT_TERMINATED = 128 + signal.SIGTERM
-
-
-class Terminated(Exception):  # noqa: N818 - named as the signal's effect, as KeyboardInterrupt
-    """SIGTERM (a pod being deleted, `kill`): raised in the main thread like Ctrl-C's
-    KeyboardInterrupt, so that the command stops the same way, releasing its lease."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated
 
 
 def _print_error(args: argparse.Namespace, error: Exception) -> None:
@@ -94,7 +86,7 @@ def run() -> NoReturn:
     for, exit handlers run, output flushed) without taking the interpreter apart: torch's
     modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
     shorten_spinning()  # before a subcommand imports torch
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    install_stop_handlers()
     one_heap_for_all_threads()  # before any thread starts
     code = main()
     # What the interpreter's exit does first, in its order: threading's exit callbacks (which

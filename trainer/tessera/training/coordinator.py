@@ -57,6 +57,7 @@ from ..log_records import (
 from ..model import EmbeddingModel
 from ..model.model_io import INIT_PATH, load_model, save_model
 from ..progress import HUMAN_INTERVAL, Reporter, Task
+from ..stop_signals import raise_if_stopped
 from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.lease import CheckpointLease, LeaseHeldError
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
@@ -347,6 +348,7 @@ class TrainingRun:
 
     def _train_step(self, trainer: AnyBucketTrainer,
                     position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
+        raise_if_stopped()
         step = TrainingStep(position.epoch_idx, position.edge_path_idx,
                             position.edge_chunk_idx, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)

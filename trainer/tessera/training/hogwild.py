@@ -32,6 +32,7 @@ import torch.multiprocessing as mp
 
 from ..config import ConfigSchema
 from ..errors import ConfigError, TransientError
+from ..stop_signals import raise_if_stopped
 from . import compiled_loop
 from .allocator import keep_freed_memory, release_freed_memory
 from .libc import libc_function
@@ -146,9 +147,11 @@ class HogwildPool:
             task_queue.put(task)
         results: dict[int, Any] = {}
         while len(results) < len(tasks):
+            raise_if_stopped()  # before a worker the same signal stopped is seen dead
             try:
                 rank, ok, value = self.results.get(timeout=LIVENESS_POLL_SECONDS)
             except queue.Empty:
+                raise_if_stopped()
                 self._check_alive()
                 continue
             if not ok:
