@@ -41,6 +41,7 @@ from .study import (
     objective,
     open_study,
     queue_reruns,
+    waiting_trials,
     write_best_config,
 )
 from .trial import Judging
@@ -180,7 +181,7 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
             if choice is not None and written != [choice.numbers]:
                 best_path[:] = [write_best_config(setup, choice, len(study.trials))]
                 written[:] = [choice.numbers]
-            keep_only_best(study, tune_dir)
+            keep_only_best(study, tune_dir, options.num_finalists)
             progress.trial_finished(trial, choice)
 
         def optimize(trials: int) -> None:
@@ -193,6 +194,8 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
         optimize(search_left)
         if finished_search_trials(study) >= options.search_trials:
             optimize(queue_reruns(study, options.num_finalists))
+            if waiting_trials(study) == 0:  # the reruns have ended: one run's folder is left
+                keep_only_best(study, tune_dir, 0)
     choice = chosen(study)
     if choice is not None and not best_path:  # a continued study with nothing left to run
         best_path = [write_best_config(setup, choice, len(study.trials))]

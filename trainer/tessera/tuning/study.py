@@ -135,25 +135,40 @@ def finished_search_trials(study: optuna.Study) -> int:
 def chosen(study: optuna.Study) -> Choice | None:
     """Among the configs of the most complete runs (the finalists once rerun), the one of
     the highest mean validation MRR; before any rerun, the best trial."""
-    runs: dict[int, list[FrozenTrial]] = {}
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        runs.setdefault(trial.user_attrs.get(RERUN_OF, trial.number), []).append(trial)
+    runs = runs_by_config(study)
     most = max(map(len, runs.values()), default=0)
     candidates = [Choice(tuple(mine)) for mine in runs.values() if len(mine) == most]
     return max(candidates, key=lambda choice: choice.mean_mrr, default=None)
 
 
+def runs_by_config(study: optuna.Study) -> dict[int, list[FrozenTrial]]:
+    """Complete trials by the search trial whose config they ran (a rerun's, or its own)."""
+    runs: dict[int, list[FrozenTrial]] = {}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        runs.setdefault(trial.user_attrs.get(RERUN_OF, trial.number), []).append(trial)
+    return runs
+
+
 def queue_reruns(study: optuna.Study, finalists: int) -> int:
     """Queue the reruns that the search's best `finalists` configs still lack (none twice,
     however often the tune is started); the number of reruns waiting."""
-    searched = [trial for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if RERUN_OF not in trial.user_attrs and not trial.user_attrs.get("diverged")]
     taken = Counter(trial.user_attrs.get(RERUN_OF) for trial in study.get_trials(
         deepcopy=False, states=(*FINISHED, TrialState.WAITING)))
-    for finalist in sorted(searched, key=_value, reverse=True)[:finalists]:
+    for finalist in best_searched(study, finalists):
         for _ in range(RUNS_PER_FINALIST - 1 - taken[finalist.number]):
             study.enqueue_trial(finalist.params, user_attrs={RERUN_OF: finalist.number})
+    return waiting_trials(study)
+
+
+def waiting_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+
+def best_searched(study: optuna.Study, count: int) -> list[FrozenTrial]:
+    """The `count` best search trials (the finalists, once the search ends)."""
+    searched = [trial for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if RERUN_OF not in trial.user_attrs and not trial.user_attrs.get("diverged")]
+    return sorted(searched, key=_value, reverse=True)[:count]
 
 
 def _value(trial: FrozenTrial) -> float:
@@ -182,11 +197,17 @@ def objective(setup: TuneSetup, on_trial: Callable[[int], None],
     return run
 
 
-def keep_only_best(study: optuna.Study, tune_dir: Path) -> None:
-    """Delete the folders of the finished trials other than the chosen one, to save disk."""
+def keep_only_best(study: optuna.Study, tune_dir: Path, finalists: int) -> None:
+    """Delete the folders of the finished trials but the chosen config's best run and the
+    best run of each of the search's `finalists` best configs (until their reruns end, any
+    may be chosen: give 0 then), to save disk."""
     choice = chosen(study)
+    keep = {choice.trial.number} if choice is not None else set()
+    runs = runs_by_config(study)
+    keep |= {max(runs[finalist.number], key=_value).number
+             for finalist in best_searched(study, finalists)}
     for trial in study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.FAIL)):
-        if choice is None or trial.number != choice.trial.number:
+        if trial.number not in keep:
             shutil.rmtree(trial_dir(tune_dir, trial.number), ignore_errors=True)
 
 
