@@ -441,9 +441,6 @@ def _add_tune(commands: Any) -> None:
                         help="trials that run to the end before any is pruned (5)")
     parser.add_argument("--warmup-epochs", type=int, default=5, metavar="N",
                         help="epochs a trial trains before it may be pruned (5)")
-    parser.add_argument("--finalists", type=int, default=None, metavar="N",
-                        help="the search's N best configs are trained twice more, within "
-                        "--trials, and the best mean chosen (default: a tenth of --trials)")
     parser.set_defaults(run=_run_tune)
 
 
@@ -452,11 +449,10 @@ def _run_tune(args: argparse.Namespace, reporter: Reporter) -> int:
 
     result = tune(args.config, args.param, TuneOptions(
         args.valid, tuple(args.filter_paths), args.space, args.trials, args.timeout,
-        args.startup_trials, args.warmup_epochs, args.finalists), reporter)
+        args.startup_trials, args.warmup_epochs), reporter)
     if result.best_config is not None:
-        runs = f", mean of {result.runs} runs" if result.runs > 1 else ""
         print_result(f"best config: {result.best_config} (trial {result.best_trial}, "
-                     f"filtered valid MRR {result.valid_mrr:.4f}{runs})\n"
+                     f"filtered valid MRR {result.valid_mrr:.4f})\n"
                      f"train it:    tessera train {result.best_config}")
     return 0
 

@@ -114,31 +114,3 @@ def test_a_trial_left_running_by_a_killed_run_is_failed_and_tried_again(
     assert tune(workspace, "--trials", "1") == 0
     assert [t.state for t in study_of(workspace).trials] == [TrialState.FAIL,
                                                              TrialState.COMPLETE]
-
-
-def test_the_finalists_are_rerun_and_the_best_mean_chosen(workspace: Path) -> None:
-    assert tune(workspace, "--trials", "4", "--finalists", "1") == 0
-    first, second, *reruns = study_of(workspace).trials
-    finalist = max((first, second), key=lambda trial: trial.value or 0.0)
-    assert [t.state for t in reruns] == [TrialState.COMPLETE] * 2
-    assert [t.user_attrs["rerun_of"] for t in reruns] == [finalist.number] * 2
-    assert all(t.params == finalist.params for t in reruns)
-    runs = [finalist, *reruns]
-    best = workspace / "checkpoints" / "tune" / "best.yaml"
-    header = best.read_text().splitlines()[0]
-    mean = sum(t.value or 0.0 for t in runs) / 3
-    assert f"(mean of 3 runs, trials {finalist.number}, 2, 3: {mean:.4f})" in header
-    assert yaml.safe_load(best.read_text())["lr"] == finalist.params["lr"]
-    kept = max(runs, key=lambda trial: trial.value or 0.0)
-    trials = sorted(p.name for p in (workspace / "checkpoints" / "tune").glob("trial_*"))
-    assert trials == [f"trial_{kept.number}"]
-    assert tune(workspace, "--trials", "4", "--finalists", "1") == 0  # nothing left to run
-    assert len(study_of(workspace).trials) == 4
-
-
-def test_finalists_that_leave_no_search_are_refused(
-        workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert tune(workspace, "--trials", "4", "--finalists", "2") == 65
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--finalists: 2 finalists take 4 of the 4 trials" in err
-    assert not (workspace / "checkpoints" / "tune" / "study.db").exists()

@@ -3,15 +3,12 @@ the study under a budget of trials and of time with a live progress line, and re
 config's path.
 
 `--trials` is the study's budget, not this run's: running the same command again after an
-interruption finishes the study, and a larger `--trials` adds trials to it. The budget
-includes the finalists' reruns (study.py says why they are run): a tenth of the trials by
-default, 30 trials being 24 of search and 3 finalists trained twice more.
+interruption finishes the study, and a larger `--trials` adds trials to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,19 +26,13 @@ from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
 from .space import SearchSpace, load_space
 from .study import (
-    RERUN_OF,
-    RUNS_PER_FINALIST,
-    Choice,
     TuneSetup,
+    best_trial,
     check_space_continues,
-    chosen,
-    finished_search_trials,
     finished_trials,
     keep_only_best,
     objective,
     open_study,
-    queue_reruns,
-    waiting_trials,
     write_best_config,
 )
 from .trial import Judging
@@ -61,24 +52,13 @@ class TuneOptions:
     timeout: float | None = None  # seconds after which no trial starts
     startup_trials: int = 5  # trials that run to the end before the pruner judges any
     warmup_epochs: int = 5  # epochs a trial trains before the pruner judges it
-    finalists: int | None = None  # configs rerun after the search; None: a tenth of trials
-
-    @property
-    def num_finalists(self) -> int:
-        return self.trials // 10 if self.finalists is None else self.finalists
-
-    @property
-    def search_trials(self) -> int:
-        """The budget less the finalists' reruns."""
-        return self.trials - self.num_finalists * (RUNS_PER_FINALIST - 1)
 
 
 @dataclass(frozen=True)
 class TuneResult:
     best_config: Path | None  # None: no trial completed
-    best_trial: int | None  # the chosen config's best run
-    valid_mrr: float | None  # the mean of the chosen config's runs
-    runs: int  # the chosen config's complete runs
+    best_trial: int | None
+    valid_mrr: float | None
     trials: int  # finished trials in the study (complete or pruned)
 
 
@@ -134,15 +114,9 @@ def check_budget(options: TuneOptions) -> None:
     if options.timeout is not None and options.timeout <= 0:
         raise ConfigError("--timeout", f"must be above 0 seconds, got {options.timeout}")
     for flag, value in (("--startup-trials", options.startup_trials),
-                        ("--warmup-epochs", options.warmup_epochs),
-                        ("--finalists", options.num_finalists)):
+                        ("--warmup-epochs", options.warmup_epochs)):
         if value < 0:
             raise ConfigError(flag, f"must be 0 or more, got {value}")
-    if options.search_trials < 1:
-        raise ConfigError("--finalists", (
-            f"{options.num_finalists} finalists take {options.trials - options.search_trials} "
-            f"of the {options.trials} trials for their reruns, leaving none to search; "
-            "lower --finalists or raise --trials"))
 
 
 def tune_folder(config: ConfigSchema) -> Path:
@@ -160,50 +134,35 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
     study = open_study(tune_dir, config.seed, options.startup_trials, options.warmup_epochs)
     check_space_continues(study, space, tune_dir)
     setup = TuneSetup(raw_config, space, judging, tune_dir)
-    deadline = None if options.timeout is None else time.monotonic() + options.timeout
-    search_left = max(options.search_trials - finished_search_trials(study), 0)
-    reruns_done = finished_trials(study) - finished_search_trials(study)
-    reruns_left = max(options.num_finalists * (RUNS_PER_FINALIST - 1) - reruns_done, 0)
+    remaining = options.trials - finished_trials(study)
     if config.eval_fraction == 0:
         reporter.event("pruning off: eval_fraction is 0, so training reports no held-out "
                        "MRR to judge a trial by before it ends")
-    if search_left + reruns_left == 0:
+    if remaining <= 0:
         reporter.event("the study already has its trials; raise --trials to add more",
                        trials=finished_trials(study), study=str(tune_dir))
     best_path: list[Path] = []
-    with reporter.task(TUNE_TASK, total=search_left + reruns_left or None,
-                       unit="trials") as task:
+    with reporter.task(TUNE_TASK, total=max(remaining, 0) or None, unit="trials") as task:
         progress = TuneProgress(reporter, task)
-        written: list[tuple[int, ...]] = []  # the runs of the choice best.yaml names
 
         def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
-            choice = chosen(study)
-            if choice is not None and written != [choice.numbers]:
-                best_path[:] = [write_best_config(setup, choice, len(study.trials))]
-                written[:] = [choice.numbers]
-            keep_only_best(study, tune_dir, options.num_finalists)
-            progress.trial_finished(trial, choice)
+            best = best_trial(study)
+            if best is not None and best.number == trial.number:
+                best_path[:] = [write_best_config(setup, best, len(study.trials))]
+            keep_only_best(study, tune_dir)
+            progress.trial_finished(trial, best)
 
-        def optimize(trials: int) -> None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if trials > 0 and (left is None or left > 0):
-                study.optimize(objective(setup, progress.trial_started, progress.training),
-                               n_trials=trials, timeout=left, callbacks=[after_trial],
-                               gc_after_trial=True)
-
-        optimize(search_left)
-        if finished_search_trials(study) >= options.search_trials:
-            optimize(queue_reruns(study, options.num_finalists))
-            if waiting_trials(study) == 0:  # the reruns have ended: one run's folder is left
-                keep_only_best(study, tune_dir, 0)
-    choice = chosen(study)
-    if choice is not None and not best_path:  # a continued study with nothing left to run
-        best_path = [write_best_config(setup, choice, len(study.trials))]
+        if remaining > 0:
+            study.optimize(objective(setup, progress.trial_started, progress.training),
+                           n_trials=remaining, timeout=options.timeout,
+                           callbacks=[after_trial], gc_after_trial=True)
+    best = best_trial(study)
+    if best is not None and not best_path:  # a continued study with nothing left to run
+        best_path = [write_best_config(setup, best, len(study.trials))]
     result = TuneResult(best_path[0] if best_path else None,
-                        choice.trial.number if choice else None,
-                        choice.mean_mrr if choice else None,
-                        len(choice.runs) if choice else 0, finished_trials(study))
-    reporter.summary(TUNING_FINISHED, summary_rows(result, choice, tune_dir))
+                        best.number if best else None, best.value if best else None,
+                        finished_trials(study))
+    reporter.summary(TUNING_FINISHED, summary_rows(result, best, tune_dir))
     return result
 
 
@@ -223,10 +182,8 @@ class TuneProgress:
         if record.get(EPOCH) is not None:
             self.task.advance(0, **{EPOCH: record[EPOCH]})
 
-    def trial_finished(self, trial: FrozenTrial, choice: Choice | None) -> None:
+    def trial_finished(self, trial: FrozenTrial, best: FrozenTrial | None) -> None:
         fields: dict[str, Any] = {"trial": trial.number, "state": trial.state.name.lower()}
-        if RERUN_OF in trial.user_attrs:
-            fields[RERUN_OF] = trial.user_attrs[RERUN_OF]
         if trial.state == TrialState.COMPLETE:
             fields["valid_mrr"] = rounded_value(trial)
         elif trial.intermediate_values:  # pruned: judged by the held-out MRR of an epoch
@@ -237,19 +194,17 @@ class TuneProgress:
         fields.update(trial.params)
         fields["seconds"] = round(trial.duration.total_seconds(), 1) if trial.duration else None
         self.reporter.event(TRIAL_FINISHED, **fields)
-        best_fields = {"best_trial": choice.trial.number,
-                       f"best_{MRR}": round(choice.mean_mrr, 4)} if choice is not None else {}
+        best_fields = {"best_trial": best.number, f"best_{MRR}": rounded_value(best)} \
+            if best is not None else {}
         self.task.advance(1, **best_fields)
 
 
-def summary_rows(result: TuneResult, choice: Choice | None,
+def summary_rows(result: TuneResult, best: FrozenTrial | None,
                  tune_dir: Path) -> dict[str, Any]:
-    rows: dict[str, Any] = {
-        "trials": result.trials, "best_trial": result.best_trial,
-        "valid_mrr": None if result.valid_mrr is None else round(result.valid_mrr, 4),
-        "runs": result.runs}
-    if choice is not None:
-        rows.update(choice.trial.params)
+    rows: dict[str, Any] = {"trials": result.trials, "best_trial": result.best_trial,
+                            "valid_mrr": None if best is None else rounded_value(best)}
+    if best is not None:
+        rows.update(best.params)
     rows.update({"study": str(tune_dir / "study.db"),
                  "best_config": str(result.best_config) if result.best_config else None})
     return rows

@@ -2,23 +2,14 @@
 (`<checkpoint_path>/tune/study.db`), so that running the same command again continues it.
 
 Each trial trains into `tune/trial_<N>`; once a trial ends, the folders of every finished
-trial but the chosen one are deleted, and when the choice changes, `tune/best.yaml` is
-written: the user's config with the chosen values, which `tessera train` takes as it is.
-
-After the search, the finalists (its best configs) are trained twice more each, and the
-choice is the finalist of the highest mean: the single best trial of a search is, among
-runs of similar configs, the luckiest one (Hogwild's races and a small validation split
-move a run's MRR by about as much as the configs differ), and its config trained anew
-scores less.
+trial but the best are deleted, and when it is the best so far, `tune/best.yaml` is written:
+the user's config with the trial's values, which `tessera train` takes as it is.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
-import statistics
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +37,6 @@ BEST_CONFIG = "best.yaml"
 # What counts against the budget of --trials: a trial that failed (an error, Ctrl-C) is
 # tried again.
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-# A rerun's user attribute: the number of the search trial whose values it trains again.
-RERUN_OF = "rerun_of"
-RUNS_PER_FINALIST = 3  # its search trial and two reruns
 
 
 @dataclass(frozen=True)
@@ -103,76 +91,13 @@ def _continues(dimension: Dimension, old: BaseDistribution) -> bool:
     return isinstance(old, kind) and old.log == dimension.log
 
 
-@dataclass(frozen=True)
-class Choice:
-    """The chosen config: its runs (a search trial, and its reruns if it was a finalist)."""
-
-    runs: tuple[FrozenTrial, ...]
-
-    @property
-    def trial(self) -> FrozenTrial:
-        """The config's best run: its checkpoint is the tune's model."""
-        return max(self.runs, key=_value)
-
-    @property
-    def numbers(self) -> tuple[int, ...]:
-        return tuple(run.number for run in self.runs)
-
-    @property
-    def mean_mrr(self) -> float:
-        return statistics.fmean(_value(run) for run in self.runs)
-
-
 def finished_trials(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
-def finished_search_trials(study: optuna.Study) -> int:
-    return sum(RERUN_OF not in trial.user_attrs
-               for trial in study.get_trials(deepcopy=False, states=FINISHED))
-
-
-def chosen(study: optuna.Study) -> Choice | None:
-    """Among the configs of the most complete runs (the finalists once rerun), the one of
-    the highest mean validation MRR; before any rerun, the best trial."""
-    runs = runs_by_config(study)
-    most = max(map(len, runs.values()), default=0)
-    candidates = [Choice(tuple(mine)) for mine in runs.values() if len(mine) == most]
-    return max(candidates, key=lambda choice: choice.mean_mrr, default=None)
-
-
-def runs_by_config(study: optuna.Study) -> dict[int, list[FrozenTrial]]:
-    """Complete trials by the search trial whose config they ran (a rerun's, or its own)."""
-    runs: dict[int, list[FrozenTrial]] = {}
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        runs.setdefault(trial.user_attrs.get(RERUN_OF, trial.number), []).append(trial)
-    return runs
-
-
-def queue_reruns(study: optuna.Study, finalists: int) -> int:
-    """Queue the reruns that the search's best `finalists` configs still lack (none twice,
-    however often the tune is started); the number of reruns waiting."""
-    taken = Counter(trial.user_attrs.get(RERUN_OF) for trial in study.get_trials(
-        deepcopy=False, states=(*FINISHED, TrialState.WAITING)))
-    for finalist in best_searched(study, finalists):
-        for _ in range(RUNS_PER_FINALIST - 1 - taken[finalist.number]):
-            study.enqueue_trial(finalist.params, user_attrs={RERUN_OF: finalist.number})
-    return waiting_trials(study)
-
-
-def waiting_trials(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-
-
-def best_searched(study: optuna.Study, count: int) -> list[FrozenTrial]:
-    """The `count` best search trials (the finalists, once the search ends)."""
-    searched = [trial for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if RERUN_OF not in trial.user_attrs and not trial.user_attrs.get("diverged")]
-    return sorted(searched, key=_value, reverse=True)[:count]
-
-
-def _value(trial: FrozenTrial) -> float:
-    return trial.value or 0.0
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return max(complete, key=lambda trial: trial.value or 0.0, default=None)
 
 
 def trial_dir(tune_dir: Path, number: int) -> Path:
@@ -190,37 +115,25 @@ def objective(setup: TuneSetup, on_trial: Callable[[int], None],
         values = setup.space.suggest(trial)
         config = parse_config(with_values(setup.raw_config,
                                           {**values, "checkpoint_path": str(folder)}))
-        if RERUN_OF in trial.user_attrs:  # a draw of its own, not its search trial's again
-            config = dataclasses.replace(config, seed=config.seed + trial.number)
         return run_trial(trial, config, setup.judging, on_progress)
 
     return run
 
 
-def keep_only_best(study: optuna.Study, tune_dir: Path, finalists: int) -> None:
-    """Delete the folders of the finished trials but the chosen config's best run and the
-    best run of each of the search's `finalists` best configs (until their reruns end, any
-    may be chosen: give 0 then), to save disk."""
-    choice = chosen(study)
-    keep = {choice.trial.number} if choice is not None else set()
-    runs = runs_by_config(study)
-    keep |= {max(runs[finalist.number], key=_value).number
-             for finalist in best_searched(study, finalists)}
+def keep_only_best(study: optuna.Study, tune_dir: Path) -> None:
+    """Delete the folders of the finished trials other than the best, to save disk."""
+    best = best_trial(study)
     for trial in study.get_trials(deepcopy=False, states=(*FINISHED, TrialState.FAIL)):
-        if trial.number not in keep:
+        if best is None or trial.number != best.number:
             shutil.rmtree(trial_dir(tune_dir, trial.number), ignore_errors=True)
 
 
-def write_best_config(setup: TuneSetup, choice: Choice, total: int) -> Path:
-    """`tune/best.yaml`: the user's config with the chosen values, written whole or not at
-    all; secrets in storage_options read `<redacted>`, as in a checkpoint's config."""
-    best = choice.trial
+def write_best_config(setup: TuneSetup, best: FrozenTrial, total: int) -> Path:
+    """`tune/best.yaml`: the user's config with the best trial's values, written whole or
+    not at all; secrets in storage_options read `<redacted>`, as in a checkpoint's config."""
     config = redacted(with_values(setup.raw_config, best.params))
-    runs = "" if len(choice.runs) == 1 else (
-        f" (mean of {len(choice.runs)} runs, trials "
-        f"{', '.join(map(str, choice.numbers))}: {choice.mean_mrr:.4f})")
     header = (f"# Chosen by tessera tune: trial {best.number} of {total}, filtered MRR "
-              f"{best.value:.4f}{runs} on {setup.judging.valid_path}.\n"
+              f"{best.value:.4f} on {setup.judging.valid_path}.\n"
               f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n")
     path = setup.tune_dir / BEST_CONFIG
     partial = path.with_name(f".{BEST_CONFIG}.tmp")
