@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from tessera.storage.fs import Directory
 
 
 def test_a_file_rewritten_during_reads_reads_whole(directory: Directory) -> None:
+    if directory.fs.protocol in ("memory", ("memory",)):
+        # fsspec's memory store publishes a file when it is opened for writing, empty, and
+        # fills it in place: no backend a user stores on, and no atomic rewrite to test.
+        pytest.skip("fsspec's memory filesystem rewrites files in place")
     versions = [f'{{"heartbeat": {n}, "pad": "{"x" * 200}"}}\n' for n in range(2)]
     directory.write_text("lease.json", versions[0])
     stop = threading.Event()
