@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM stop `tessera train` with one line, its lease released, nothing lost.
 
 Ctrl-C reaches the whole process group (the trainer and its Hogwild worker processes);
-SIGTERM is what a pod's deletion or `kill` sends to the trainer. Either way: exit 128 + the
+SIGTERM is what a pod's deletion or `kill` sends to the trainer; thread workers stop at their
+next batch. Either way: exit 128 + the
 signal, one line on stderr and no traceback (not one per worker), the checkpoint lease
 released (the next run starts at once, on any host), the committed version readable and
 resumed by the next run.
@@ -21,16 +22,17 @@ from support.kills import wait_for
 from support.planted import write_planted_graph
 
 
-@pytest.mark.parametrize(("stop", "to_group", "code"), [
-    (signal.SIGINT, True, 130), (signal.SIGTERM, False, 143), (signal.SIGTERM, True, 143)])
+@pytest.mark.parametrize(("stop", "to_group", "code", "workers"), [
+    (signal.SIGINT, True, 130, "processes"), (signal.SIGTERM, False, 143, "processes"),
+    (signal.SIGTERM, True, 143, "processes"), (signal.SIGTERM, False, 143, "threads")])
 def test_a_stopped_run_says_one_line_and_releases_its_lease(
-        tmp_path: Path, stop: signal.Signals, to_group: bool, code: int) -> None:
+        tmp_path: Path, stop: signal.Signals, to_group: bool, code: int, workers: str) -> None:
     graph = write_planted_graph(tmp_path, 2, num_entities=2000, num_edges=12_000)
     config = tmp_path / "config.json"
     config.write_text(json.dumps(graph.config(num_epochs=50, num_edge_chunks=2, workers=2)))
     checkpoints = Path(graph.config()["checkpoint_path"])
     command = [sys.executable, "-m", "tessera", "train", str(config), "--quiet"]
-    env = {**os.environ, "TESSERA_HOGWILD": "processes"}
+    env = {**os.environ, "TESSERA_HOGWILD": workers}
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env,
                                start_new_session=True)
     try:

@@ -3,20 +3,22 @@
 Each case trains one worker's edges twice from the same starting tables, model and seed:
 through the batch loop (`train_part(compiled=False)`: per batch the closed-form gradients,
 whose kernels the closed-form tests hold equal to autograd, and the optimizers) and through
-`compiled_loop`. Tables, Adagrad state, model parameters and the loss must agree.
+`compiled_loop`. Tables, Adagrad state, model parameters and the loss must agree. And both
+stop at the next batch when a stop signal was recorded.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import signal
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 
-from tessera import kernels
+from tessera import kernels, stop_signals
 from tessera.config import parse_config
 from tessera.edgelist import EdgeList
 from tessera.model import EmbeddingModel
@@ -268,3 +270,17 @@ def test_reciprocal_relations_take_the_batch_loop() -> None:
     assert state.model.num_relations == 2
     assert not compiled_loop.covers(state.model.config)
     assert not compiled_loop.handles(state, task)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_recorded_stop_signal_stops_a_worker_before_its_next_batch(
+        compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread workers share the process's signal record: Ctrl-C or SIGTERM stops them at
+    the next batch (or block of batches), not at the end of their share of the bucket."""
+    state, task = worker_case()
+    before = [p.embeddings.clone() for p in task.partitions.values()]
+    monkeypatch.setattr(stop_signals, "_received", signal.SIGTERM)
+    with pytest.raises(stop_signals.Terminated):
+        train_part(state, task, compiled=compiled)
+    for table, start in zip((p.embeddings for p in task.partitions.values()), before):
+        torch.testing.assert_close(table, start, rtol=0, atol=0)  # not one batch trained

@@ -20,6 +20,7 @@ from .. import kernels
 from ..config import ConfigSchema
 from ..model.negatives import DegreeNegatives, degree_negatives, draw_sampled, plan_chunking
 from ..model.operators import TranslationOperator
+from ..stop_signals import raise_if_stopped
 from .optimizers import EPSILON
 from .trained_edges import count_trained
 
@@ -118,6 +119,7 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
                                       sampled, lhs_table.rows.shape[1])
     negatives = None  # the first call's (the largest), reused by the next
     for start in range(0, len(edges), block):
+        raise_if_stopped()  # a thread worker stops with the run, not at the bucket's end
         lhs_ids = edges.lhs.ids[start:start + block].contiguous()
         lhs_negatives, rhs_negatives = draw_negatives(
             len(lhs_ids), settings.batch_size, settings.num_batch_negs,

@@ -18,6 +18,7 @@ from ..data.batching import iter_batches
 from ..edgelist import EdgeList
 from ..model import EmbeddingModel, batch_gradients
 from ..model.negatives import DegreePool, degree_negatives
+from ..stop_signals import raise_if_stopped
 from ..vocabulary import PartitionKey
 from . import compiled_loop
 from .optimizers import DenseAdagrad, RowAdagrad
@@ -98,6 +99,7 @@ def train_part(state: ModelState, task: WorkerTask, compiled: bool = True) -> Wo
     loss_sum = regularization = 0.0
     for batch in iter_batches(task.edges, settings.batch_size, settings.dynamic_relations,
                               generator):
+        raise_if_stopped()  # a thread worker stops with the run, not at the bucket's end
         relation = 0 if settings.dynamic_relations else int(batch.rel[0])
         if state.optimizer is not None:
             state.optimizer.zero_grad()
