@@ -3,7 +3,9 @@
 Python runs a signal's handler between two bytecodes of the main thread, wherever it is; an
 exception raised there while a weakref callback or a `__del__` runs is printed and dropped,
 and the run would go on (or end with a dead worker's error). So the handler also records the
-signal, and the training loop calls `raise_if_stopped` where stopping is safe.
+signal, and the training loop calls `raise_if_stopped` where stopping is safe: before each
+bucket, at each poll of the worker processes, and in thread workers before each batch, which
+therefore stop with the run rather than at the end of their share of the bucket.
 """
 
 from __future__ import annotations
