@@ -147,11 +147,9 @@ class HogwildPool:
             task_queue.put(task)
         results: dict[int, Any] = {}
         while len(results) < len(tasks):
-            raise_if_stopped()  # before a worker the same signal stopped is seen dead
             try:
                 rank, ok, value = self.results.get(timeout=LIVENESS_POLL_SECONDS)
             except queue.Empty:
-                raise_if_stopped()
                 self._check_alive()
                 continue
             if not ok:
@@ -160,6 +158,7 @@ class HogwildPool:
         return [results[rank] for rank in range(len(tasks))]
 
     def _check_alive(self) -> None:
+        raise_if_stopped()  # a worker that the same signal stopped is no failure of its own
         for rank, process in enumerate(self.processes):
             if not process.is_alive():
                 raise TransientError(f"Hogwild worker {rank} died (exit code {process.exitcode}); "
