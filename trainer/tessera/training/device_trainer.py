@@ -12,6 +12,7 @@ the end, so checkpoints and swaps are exactly those of the CPU path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from .device_copies import Key, PartitionCopier
 from .device_model import DeviceModel
 from .optimizers import RowAdagrad
 from .partitions import Partition
+from .recorded_steps import StepRecorder, worth_recording
 from .schedule import TrainingStep
 from .trained_edges import EdgeTally, count_trained
 from .worker import ModelState
@@ -74,11 +76,13 @@ class DeviceBucketTrainer:
     num_chunks: int
     device: torch.device
     dtype: torch.dtype = torch.float32
+    record_steps: bool = True  # replay each batch shape's recorded step (`recorded_steps`)
 
     def __post_init__(self) -> None:
         self.model = DeviceModel(self.state, self.config, self.device)
         self.copier = PartitionCopier(self.device, self.dtype)
         self.tally = EdgeTally()
+        self.recorded_shapes = 0  # batch shapes recorded so far (CUDA graphs on a GPU)
 
     def edges_trained(self) -> int:
         """Edges trained so far in the bucket chunk being trained."""
@@ -128,14 +132,6 @@ class DeviceBucketTrainer:
             edges = edges[torch.argsort(edges.rel, stable=True)]
         return edges.pin_memory() if self.device.type == "cuda" else edges
 
-    def _to_device(self, batch: EdgeList) -> EdgeList:
-        """The batch on the device; with one relation type per batch its relation stays on
-        the host, where the model reads it (on the device that read would wait for it)."""
-        on_device = batch.to(self.device, non_blocking=True)
-        if self.config.dynamic_relations:
-            return on_device
-        return EdgeList(rel=batch.rel, lhs=on_device.lhs, rhs=on_device.rhs)
-
     def train_edges(self, state: ModelState, edges: EdgeList, tables: Mapping[Key, Partition],
                     lhs_keys: Sequence[Key], rhs_keys: Sequence[Key], seed: int,
                     degree_pools: Mapping[Key, DegreePool] | None = None
@@ -156,19 +152,21 @@ class DeviceBucketTrainer:
         row_optimizers = {id(p.embeddings): RowAdagrad(p.embeddings, config.lr, p.adagrad_sum,
                                                        without_syncs=True)
                           for p in tables.values()}
-        loss: float | torch.Tensor = 0.0
-        regularization: float | torch.Tensor = 0.0
+        recorder = StepRecorder(self.device, draws, config.dynamic_relations,
+                                self.record_steps
+                                and worth_recording(len(edges), config.batch_size))
         for batch in iter_batches(edges, config.batch_size, config.dynamic_relations, order):
             relation = 0 if config.dynamic_relations else int(batch.rel[0])  # a host tensor
-            batch_loss, batch_regularization = train_batch(
-                state, self._to_device(batch), tables[lhs_keys[relation]].embeddings,
-                tables[rhs_keys[relation]].embeddings, row_optimizers, draws,
-                degree_negatives(config.num_degree_negs, degree_pools, lhs_keys[relation],
-                                 rhs_keys[relation]))
-            loss = loss + batch_loss
-            regularization = regularization + batch_regularization
+            step = functools.partial(
+                train_batch, state, lhs_table=tables[lhs_keys[relation]].embeddings,
+                rhs_table=tables[rhs_keys[relation]].embeddings, row_optimizers=row_optimizers,
+                generator=draws, degree=degree_negatives(config.num_degree_negs, degree_pools,
+                                                         lhs_keys[relation],
+                                                         rhs_keys[relation]))
+            recorder.run((relation, len(batch)), batch, step)
             count_trained(self.tally.slots, len(batch))
-        return float(loss), float(regularization)
+        self.recorded_shapes += recorder.recorded
+        return recorder.sums.read()
 
 
 def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
