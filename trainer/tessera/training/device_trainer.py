@@ -141,20 +141,32 @@ class DeviceBucketTrainer:
         regularization. Degree negatives come from `degree_pools` (on the device), else
         from `edges`' own."""
         config = self.config
-        if degree_pools is None and config.num_degree_negs:
-            degree_pools = bucket_degree_pools(config, edges, lhs_keys, rhs_keys, tables,
-                                               self.device)
         order = torch.Generator().manual_seed(seed)  # batch order: drawn on the host
         # Negatives are drawn where they are used; on the CPU from the one generator, as a
         # Hogwild worker draws them.
         draws = order if self.device.type == "cpu" \
             else torch.Generator(self.device).manual_seed(seed)
-        row_optimizers = {id(p.embeddings): RowAdagrad(p.embeddings, config.lr, p.adagrad_sum,
-                                                       without_syncs=True)
-                          for p in tables.values()}
         recorder = StepRecorder(self.device, draws, config.dynamic_relations,
                                 self.record_steps
                                 and worth_recording(len(edges), config.batch_size))
+        with kernels.torch_only():  # the torch code: the compiled kernels read CPU tensors
+            if degree_pools is None and config.num_degree_negs:
+                degree_pools = bucket_degree_pools(config, edges, lhs_keys, rhs_keys, tables,
+                                                   self.device)
+            self._train_batches(recorder, state, edges, tables, lhs_keys, rhs_keys, order,
+                                degree_pools)
+        self.recorded_shapes += recorder.recorded
+        return recorder.sums.read()
+
+    def _train_batches(self, recorder: StepRecorder, state: ModelState, edges: EdgeList,
+                       tables: Mapping[Key, Partition], lhs_keys: Sequence[Key],
+                       rhs_keys: Sequence[Key], order: torch.Generator,
+                       degree_pools: Mapping[Key, DegreePool] | None) -> None:
+        """The batches of `edges` in `order`, negatives drawn from the recorder's generator."""
+        config, draws = self.config, recorder.generator
+        row_optimizers = {id(p.embeddings): RowAdagrad(p.embeddings, config.lr, p.adagrad_sum,
+                                                       without_syncs=True)
+                          for p in tables.values()}
         for batch in iter_batches(edges, config.batch_size, config.dynamic_relations, order):
             relation = 0 if config.dynamic_relations else int(batch.rel[0])  # a host tensor
             step = functools.partial(
@@ -165,8 +177,6 @@ class DeviceBucketTrainer:
                                                          rhs_keys[relation]))
             recorder.run((relation, len(batch)), batch, step)
             count_trained(self.tally.slots, len(batch))
-        self.recorded_shapes += recorder.recorded
-        return recorder.sums.read()
 
 
 def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
