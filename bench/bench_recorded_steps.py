@@ -33,6 +33,7 @@ from tessera.training.device_copies import PartitionCopier
 from tessera.training.device_trainer import DeviceBucketTrainer
 from tessera.training.optimizers import make_model_optimizer
 from tessera.training.partitions import Partition
+from tessera.training.recorded_steps import MIN_BATCHES_TO_RECORD
 from tessera.training.worker import ModelState
 
 SETUPS: dict[str, dict[str, Any]] = {
@@ -62,21 +63,24 @@ def flops_per_edge(config: Any) -> int:
     return 2 * 3 * 2 * (config.num_batch_negs + config.num_uniform_negs) * config.dimension
 
 
-def loop_rate(setup: str, batch_size: int, args: argparse.Namespace,
-              record: bool, profiled: bool = False) -> tuple[float, int]:
+def loop_rate(setup: str, batch_size: int, args: argparse.Namespace, record: bool,
+              profiled: bool = False, tf32: bool = False) -> tuple[float, int]:
     """Edges/s of one chunk's loop after a warm-up chunk; the shapes recorded. `profiled`:
-    print the device's kernels of one more chunk by their time."""
+    print the device's kernels of one more chunk by their time. `tf32`: matrix products
+    in TensorFloat-32 (tensor cores, 10-bit mantissas) instead of float32."""
     config, num_relations = setup_config(setup, batch_size)
     device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    num_edges = max(args.edges, MIN_BATCHES_TO_RECORD * batch_size)
     model = EmbeddingModel(config, num_relations)
     state = ModelState(model, make_model_optimizer(model, config))
     generator = torch.Generator().manual_seed(0)
     host = Partition(0.1 * torch.randn(args.rows, config.dimension, generator=generator),
                      torch.zeros(args.rows))
-    edges = EdgeList.from_ids(torch.randint(0, num_relations, (args.edges,),
+    edges = EdgeList.from_ids(torch.randint(0, num_relations, (num_edges,),
                                             generator=generator),
-                              torch.randint(0, args.rows, (args.edges,), generator=generator),
-                              torch.randint(0, args.rows, (args.edges,), generator=generator))
+                              torch.randint(0, args.rows, (num_edges,), generator=generator),
+                              torch.randint(0, args.rows, (num_edges,), generator=generator))
     trainer = DeviceBucketTrainer(config, None, state, 1, device,  # type: ignore[arg-type]
                                   record_steps=record)
     on_device = PartitionCopier(device, torch.float32).to_device({0: host}).ready()
@@ -100,7 +104,8 @@ def loop_rate(setup: str, batch_size: int, args: argparse.Namespace,
         with profile(activities=activities) as profiler:
             chunk(args.repeats + 1)
         sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
-        print(f"\n{setup}, batch {batch_size:,}, {'recorded' if record else 'plain'}:")
+        print(f"\n{setup}, batch {batch_size:,}, {'recorded' if record else 'plain'}, "
+              f"{num_edges:,} edges:")
         print(profiler.key_averages().table(sort_by=sort_by, row_limit=args.profile_rows,
                                             max_name_column_width=50))
     return len(edges) / seconds, shapes
@@ -112,21 +117,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--setups", nargs="+", choices=sorted(SETUPS), default=["kg", "default"])
     parser.add_argument("--batch-sizes", nargs="+", type=int,
                         help="default: 1,000 and 10,000 (kg); 1,000, 10,000 and 100,000")
-    parser.add_argument("--edges", type=int, default=2_000_000, help="edges of the chunk")
+    parser.add_argument("--edges", type=int, default=2_000_000,
+                        help="edges of the chunk (at least enough for recording)")
     parser.add_argument("--rows", type=int, default=100_000, help="rows of the table")
     parser.add_argument("--repeats", type=int, default=2, help="timed chunks (the best)")
     parser.add_argument("--peak-tflops", type=float, default=67.0,
                         help="the device's dense float32 peak (default: an H100 SXM's)")
-    parser.add_argument("--profile", action="store_true",
-                        help="after the table, each setup's first batch size recorded, profiled")
+    parser.add_argument("--profile", nargs="*", metavar="SETUP:BATCH",
+                        help="after the table, profile these recorded (e.g. kg:1000)")
+    parser.add_argument("--tf32", action="store_true",
+                        help="a column with the recorded loop's matrix products in TF32")
     parser.add_argument("--profile-rows", type=int, default=15)
     args = parser.parse_args(argv)
     name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "cpu"
     print(f"device: {name}; {args.edges:,} edges a chunk, {args.rows:,} rows; "
           f"best of {args.repeats}")
+    tf32_header = " recorded, TF32 products, edges/s |" if args.tf32 else ""
     print("| setup | batch | plain edges/s | recorded edges/s | recorded / plain "
-          "| recorded: share of the float32 limit |")
-    print("|---|---|---|---|---|---|")
+          f"| recorded: share of the float32 limit |{tf32_header}")
+    print("|---|---|---|---|---|---|" + ("---|" if args.tf32 else ""))
     for setup in args.setups:
         sizes = args.batch_sizes or ([1000, 10_000] if setup == "kg"
                                      else [1000, 10_000, 100_000])
@@ -136,11 +145,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             config, _ = setup_config(setup, batch_size)
             limit = args.peak_tflops * 1e12 / flops_per_edge(config)
             note = "" if shapes else " (nothing recorded)"
+            tf32 = f" {loop_rate(setup, batch_size, args, True, tf32=True)[0]:,.0f} |" \
+                if args.tf32 else ""
             print(f"| {setup} | {batch_size:,} | {plain:,.0f} | {recorded:,.0f}{note} "
-                  f"| {recorded / plain:.2f}x | {recorded / limit:.1%} |", flush=True)
-    if args.profile:
-        for setup in args.setups:
-            loop_rate(setup, (args.batch_sizes or [1000])[0], args, record=True, profiled=True)
+                  f"| {recorded / plain:.2f}x | {recorded / limit:.1%} |{tf32}", flush=True)
+    for profiled in args.profile or []:
+        setup, batch_size = profiled.split(":")
+        loop_rate(setup, int(batch_size), args, record=True, profiled=True)
 
 
 if __name__ == "__main__":

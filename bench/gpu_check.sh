@@ -2,22 +2,29 @@
 # The checks a lent GPU machine is for, as one script: a GPU is at hand for minutes, so
 # nothing here is exploration. Writes every log to $OUT (default bench/output/gpu).
 #
-#   bash bench/gpu_check.sh quick   # CUDA tests, the batch loop plain and recorded (~2 min)
-#   bash bench/gpu_check.sh full    # quick, then bench_gpu.py on every graph with PBG 1.0
+#   bash bench/gpu_check.sh quick        # CUDA tests, the batch loop plain and recorded (~1 min)
+#   bash bench/gpu_check.sh full [SECS]  # the loop, then bench_gpu.py on the three graphs
+#                                        # with PBG 1.0, stopping every stage by SECS (540)
 #
 # PBG 1.0 comes from wheels in .whl/ (torchbiggraph-1.0.0 and setuptools<81, whose
-# pkg_resources PBG needs), installed beside the machine's torch.
+# pkg_resources PBG needs), installed beside the machine's torch. Each stage's output is in
+# its own log, and bench_gpu.py prints each row as it ends, so a stage cut short by the
+# deadline keeps what it measured.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=${1:-quick}
+deadline=${2:-540}
 out=${OUT:-bench/output/gpu}
 mkdir -p "$out"
 export PYTHONPATH=$PWD/trainer PYTHONUNBUFFERED=1
 
-run() {  # run NAME SECONDS COMMAND...: its output to the terminal and to $out/NAME.log
+run() {  # run NAME SECONDS COMMAND...: output to the terminal and $out/NAME.log, in time
     local name=$1 limit=$2
     shift 2
-    echo "== $name: $*"
+    local left=$((deadline - SECONDS))
+    if [ "$left" -lt 10 ]; then echo "== $name: skipped, the deadline is near"; return; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $name (at most $limit s): $*"
     local started=$SECONDS
     timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
     echo "== $name: exit ${PIPESTATUS[0]} after $((SECONDS - started)) s"
@@ -27,14 +34,31 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, \
 torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count, 'SMs')"
 run build 120 python3 setup.py build_ext --inplace -q
-run tests 240 python3 -m pytest -q -p no:cacheprovider \
-    tests/trainer/training/test_recorded_steps.py tests/trainer/training/test_device_training.py \
-    tests/trainer/model/test_model_device_step.py
-run loop 240 python3 bench/bench_recorded_steps.py --device cuda --edges 400000 --repeats 1 \
-    --profile
-[ "$stage" = full ] || exit 0
+if [ "$stage" = quick ]; then
+    run tests 240 python3 -m pytest -q -p no:cacheprovider \
+        tests/trainer/training/test_recorded_steps.py \
+        tests/trainer/training/test_device_training.py tests/trainer/model/test_model_device_step.py
+    run loop 240 python3 bench/bench_recorded_steps.py --device cuda --edges 400000 \
+        --repeats 1 --profile kg:1000 default:1000
+    exit 0
+fi
 
-python3 -m venv --system-site-packages /tmp/pbg
-/tmp/pbg/bin/python -m pip install -q --no-index --no-deps --no-compile .whl/*.whl
-run bench_gpu 420 python3 bench/bench_gpu.py --pbg-python /tmp/pbg/bin/python \
-    --workers "$(nproc)" --partition-cache-gb 8
+run tests 120 python3 -m pytest -q -p no:cacheprovider \
+    tests/trainer/training/test_recorded_steps.py
+run loop 150 python3 bench/bench_recorded_steps.py --device cuda --edges 400000 --repeats 1 \
+    --tf32 --profile kg:1000 default:100000 --profile-rows 12
+# PBG beside the machine's own packages: its console scripts in /tmp/pbg/bin run this
+# python3, which finds torchbiggraph (and its pkg_resources) on the PYTHONPATH.
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pbg .whl/*.whl
+export PYTHONPATH=$PYTHONPATH:/tmp/pbg
+pbg="--pbg-python /tmp/pbg/bin/python"  # only its folder is used
+workers="--workers $(nproc)"
+# shellcheck disable=SC2086
+run bench_kg 200 python3 bench/bench_gpu.py --graphs kg --kg-edges 250000 --kg-nodes 200000 \
+    $pbg $workers
+# shellcheck disable=SC2086
+run bench_default 150 python3 bench/bench_gpu.py --graphs default $pbg $workers
+# PBG last: on 10M edges it is the longest run, and the deadline may cut it.
+# shellcheck disable=SC2086
+run bench_large 400 python3 bench/bench_gpu.py --graphs large --partition-cache-gb 8 \
+    $pbg $workers
