@@ -289,22 +289,30 @@ def gpu_figures(row: Row, peak_tflops: float) -> list[str]:
     return [f"{summary.get('device_peak_memory_gb', 0):.2f}", share, busy]
 
 
+def time_split(row: Row) -> list[str]:
+    """Of a Tessera run's wall time: its start-up, the training and the checkpoints in it."""
+    summary = row.summary
+    return [f"{summary[key]:.1f}" if key in summary else "-"
+            for key in ("startup_s", "seconds", "checkpoint_s")]
+
+
 def print_rows(rows: list[Row], peak_tflops: float) -> None:
     print("\n| graph | system | edges/s (training loop) | edges/s (whole process) "
           "| train wall s | held-out MRR | Hits@10 | peak GPU memory (GB) "
-          "| GPU share of arithmetic limit | GPU busy share of training time |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| GPU share of arithmetic limit | GPU busy share of training time "
+          "| start-up s | training s | checkpoints s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         result = row.result
         if result is None:
-            cells = ["failed"] * 5 + ["-"] * 3
+            cells = ["failed"] * 5 + ["-"] * 6
         else:
             cells = [f"{result.loop_rate:,.0f}" if result.loop_rate else "-",
                      f"{result.process_rate:,.0f}" if result.process_rate else "-",
                      f"{result.wall_s:.1f}" if result.wall_s else "-",
                      f"{result.mrr:.3f}" if result.mrr is not None else "-",
                      f"{result.hits10:.3f}" if result.hits10 is not None else "-",
-                     *gpu_figures(row, peak_tflops)]
+                     *gpu_figures(row, peak_tflops), *time_split(row)]
         print(f"| {row.graph} | {row.system} | " + " | ".join(cells) + " |")
 
 

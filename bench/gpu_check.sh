@@ -65,3 +65,8 @@ run bench_kg_10k 60 python3 bench/bench_gpu.py --graphs kg --kg-edges 250000 \
 # shellcheck disable=SC2086
 run bench_large 400 python3 bench/bench_gpu.py --graphs large --partition-cache-gb 8 \
     $pbg $workers
+# The Tessera runs' JSON logs (their summaries split the time), for the next session.
+for log in bench/output/runs/*/tessera*/train_0.log; do
+    run_name=$(basename "$(dirname "$(dirname "$log")")")_$(basename "$(dirname "$log")")
+    cp "$log" "$out/$run_name.log"
+done

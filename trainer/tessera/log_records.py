@@ -62,6 +62,10 @@ DEVICE_PEAK_MEMORY_GB = "device_peak_memory_gb"
 # The summary's time training waited for partitions to be read or written (not hidden behind
 # the previous bucket's training).
 PARTITION_WAIT_SECONDS = "partition_wait_s"
+# Apart from the training time: the process's age when training began, and the time the
+# run's checkpoints took (written and committed while training waited).
+STARTUP_SECONDS = "startup_s"
+CHECKPOINT_SECONDS = "checkpoint_s"
 EVAL_PREFIX = "eval_"  # the summary's metrics of the last evaluation: eval_mrr, eval_hits@10
 
 

@@ -17,6 +17,7 @@ from tessera.config import parse_config
 from tessera.data.graph_data import GraphData
 from tessera.edgelist import EdgeList
 from tessera.evaluation.command import evaluate_checkpoint
+from tessera.process_age import process_age
 from tessera.progress import Reporter
 from tessera.seeding import stable_seed
 from tessera.storage.checkpoint import CheckpointStore
@@ -115,6 +116,18 @@ def test_finished_run_does_nothing_more(tmp_path: Path) -> None:
     train(config, QUIET)
     summary = train(config, QUIET)
     assert summary.edges == 0 and summary.checkpoint_version == 2
+
+
+def test_start_up_and_checkpoints_are_timed_apart(tmp_path: Path) -> None:
+    """The summary says how old the process was when training began, and how long the
+    checkpoints took of the training time."""
+    graph = write_planted_graph(tmp_path, 2, num_edges=1000)
+    before = process_age()
+    summary = train(parse_config(graph.config(num_epochs=2)), QUIET)
+    after = process_age()
+    assert summary.startup_seconds is not None
+    assert before < summary.startup_seconds <= after - summary.seconds + 0.05
+    assert 0 < summary.checkpoint_seconds < summary.seconds
 
 
 @pytest.mark.parametrize(("kind", "method"), [("threads", None), ("processes", "fork"),

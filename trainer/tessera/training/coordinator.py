@@ -34,6 +34,7 @@ from ..log_records import (
     BUCKETS_DONE,
     BUCKETS_TOTAL,
     CHECKPOINT_COMMITTED,
+    CHECKPOINT_SECONDS,
     CHECKPOINT_VERSION,
     CHUNK_STATS,
     CHUNKS_DONE,
@@ -49,6 +50,7 @@ from ..log_records import (
     MRR,
     PARTITION_WAIT_SECONDS,
     RESUMING,
+    STARTUP_SECONDS,
     STATS,
     TRAIN_TASK,
     TRAINING_FINISHED,
@@ -56,6 +58,7 @@ from ..log_records import (
 )
 from ..model import EmbeddingModel
 from ..model.model_io import INIT_PATH, load_model, save_model
+from ..process_age import process_age
 from ..progress import HUMAN_INTERVAL, Reporter, Task
 from ..stop_signals import raise_if_stopped
 from ..storage.checkpoint import CheckpointStore, should_preserve
@@ -90,6 +93,10 @@ class TrainingSummary:
     device_peak_bytes: int | None = None
     # The time training waited for the buckets' partitions (swaps not hidden by look-ahead).
     partition_wait_seconds: float = 0.0
+    # Apart from the training `seconds`: the process's age when training began (imports,
+    # CUDA's initialisation, reading the checkpoint), and the time checkpoints took in it.
+    startup_seconds: float | None = None
+    checkpoint_seconds: float = 0.0
 
     @property
     def edges_per_second(self) -> float:
@@ -310,13 +317,17 @@ class TrainingRun:
         trainer = self._bucket_trainer(pool)
         last: BucketOutcome | None = None
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
+        checkpoint_seconds = 0.0
         with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
                 pool or contextlib.nullcontext(), alongside or contextlib.nullcontext():
+            startup_seconds = process_age()
             for position in positions:
                 outcomes = [self._train_step(trainer, position, bucket, task)
                             for bucket in self.source.buckets(position)]
                 last = outcomes[-1] if outcomes else last
+                started = time.monotonic()
                 stop = self.checkpointer.checkpoint(position, outcomes)
+                checkpoint_seconds += time.monotonic() - started
                 # Other trainers may have trained buckets of this position meanwhile.
                 self._report(task, position, self.source.progress())
                 if stop:
@@ -330,7 +341,8 @@ class TrainingRun:
             last_eval=last.eval_after if last else None,
             device_seconds=self.device_seconds if self.devices else None,
             device_peak_bytes=peak_memory(self.devices),
-            partition_wait_seconds=self.partition_wait_seconds)
+            partition_wait_seconds=self.partition_wait_seconds,
+            startup_seconds=startup_seconds, checkpoint_seconds=checkpoint_seconds)
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
@@ -405,6 +417,9 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
     if summary.device_peak_bytes is not None:
         rows[DEVICE_PEAK_MEMORY_GB] = round(summary.device_peak_bytes / 1e9, 3)
     rows[PARTITION_WAIT_SECONDS] = round(summary.partition_wait_seconds, 2)
+    rows[CHECKPOINT_SECONDS] = round(summary.checkpoint_seconds, 2)
+    if summary.startup_seconds is not None:
+        rows[STARTUP_SECONDS] = round(summary.startup_seconds, 2)
     rows.update({CHECKPOINT_VERSION: summary.checkpoint_version,
                  "checkpoint": summary.checkpoint_path})
     return rows
