@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tessera.errors import EXIT_TRANSIENT, FormatError
+from tessera.storage import lease as lease_module
+from tessera.storage.fs import Directory
 from tessera.storage.lease import (
     LEASE_FILE,
     CheckpointLease,
@@ -159,6 +162,28 @@ def test_the_heartbeat_renews_the_lease_and_stops_when_it_is_taken_over(director
                         "write one checkpoint"]
     lease.release()  # not ours any more: left alone
     assert lease.read() == taker
+
+
+def test_a_lease_is_taken_though_a_probe_beside_it_removes_the_new_folder(
+        tmp_path, monkeypatch):
+    """A role starting beside this one probes the checkpoint path by making its missing
+    folders and removing them again (`Directory.check_writable`); when that removal lands
+    between the lease's making the folder and opening its lock file, both are made again."""
+    directory = Directory(str(tmp_path / "checkpoints"))
+    opened = os.open
+    removed = []
+
+    def open_after_a_probe(path, *args, **kwargs):
+        if path.endswith(".lock") and not removed:  # the probe removes the empty folder
+            os.rmdir(os.path.dirname(path))
+            removed.append(path)
+        return opened(path, *args, **kwargs)
+
+    monkeypatch.setattr(lease_module.os, "open", open_after_a_probe)
+    lease = CheckpointLease(directory, "tessera train", settle=0.01)
+    assert lease.acquire() is None
+    assert removed and lease.read() is not None
+    lease.release()
 
 
 def test_stale_reason_follows_the_rules() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,19 @@ import torch
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
+from tessera.data.graph_data import GraphData
 from tessera.errors import EXIT_BAD_INPUT
+from tessera.model import EmbeddingModel
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
+from tessera.training import device_trainer
 from tessera.training.coordinator import TrainingSummary, train
 from tessera.training.devices import cuda_device_count, device_indices
+from tessera.training.optimizers import make_model_optimizer
+from tessera.training.schedule import TrainingStep
+from tessera.training.worker import ModelState
+from tessera.vocabulary import Bucket
 
 CPU = torch.device("cpu")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -81,6 +89,52 @@ def test_a_checkpoint_resumes_on_the_other_path(graph: PlantedGraph, first: str,
     assert summary.checkpoint_version == 2
     for expected, table in zip(reference, resumed):
         np.testing.assert_allclose(table, expected, atol=1e-4)
+
+
+def test_each_chunks_edges_are_read_while_the_chunk_before_trains(
+        graph: PlantedGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chunk but the run's first is read by the look-ahead thread, and the run trains
+    exactly what it trains reading each chunk when it comes."""
+    readers: list[str] = []
+    read = device_trainer.read_training_edges
+
+    def reading(*args: Any, **kwargs: Any) -> Any:
+        readers.append(threading.current_thread().name)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(device_trainer, "read_training_edges", reading)
+    summary, *tables = run(graph, "look-ahead", devices=[CPU])
+    buckets = 2 * 4  # two epochs of the 2 x 2 buckets
+    assert len(readers) == buckets
+    main = threading.current_thread().name
+    assert readers.count(main) == 1  # the run's first chunk: nothing trained before it
+    assert all(name.startswith("tessera-edges") for name in readers if name != main)
+    monkeypatch.setattr(device_trainer.DeviceBucketTrainer, "look_ahead", lambda *_: None)
+    readers.clear()
+    plain_summary, *plain_tables = run(graph, "no-look-ahead", devices=[CPU])
+    assert set(readers) == {threading.current_thread().name}
+    for table, plain in zip(tables, plain_tables):
+        np.testing.assert_array_equal(table, plain)
+    assert summary.last_loss == plain_summary.last_loss
+
+
+def test_a_look_ahead_for_another_chunk_is_dropped(graph: PlantedGraph) -> None:
+    """A look-ahead for a chunk asked for before the one that comes (the order changed) is
+    let go."""
+    config = parse_config(graph.config(checkpoint_path=str(graph.root / "dropped")))
+    data = GraphData(config)
+    model = EmbeddingModel(config, data.num_relations)
+    trainer = device_trainer.DeviceBucketTrainer(
+        config, data, ModelState(model, make_model_optimizer(model, config)), 1, CPU)
+    first, second = (TrainingStep(0, 0, 0, Bucket(lhs, 0)) for lhs in (0, 1))
+    trainer.look_ahead(second)  # asked for first, then the order changed
+    trainer.look_ahead(first)
+    edges, _ = trainer._edges_of(first)
+    assert trainer.ahead == {}
+    expected, _ = trainer._read_edges(first)
+    other, _ = trainer._read_edges(second)
+    torch.testing.assert_close(edges.lhs.ids, expected.lhs.ids)
+    assert len(edges) != len(other) or not torch.equal(edges.lhs.ids, other.lhs.ids)
 
 
 def test_the_device_path_learns(graph: PlantedGraph) -> None:

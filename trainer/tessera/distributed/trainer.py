@@ -36,7 +36,7 @@ from ..training.coordinator import (
 from ..training.devices import training_devices
 from ..training.init_growth import with_replay
 from ..training.partitions import PartitionLoader
-from ..training.schedule import TrainingSchedule
+from ..training.schedule import TrainingSchedule, TrainingStep
 from ..training.worker import ModelState
 from ..vocabulary import Bucket, ChunkPosition, Role
 from .heartbeat import exit_now, peer_session
@@ -90,7 +90,7 @@ class LockedBuckets:
         progress = self.lock.progress()
         return _job_progress(progress) if progress["buckets_done"] else None
 
-    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
+    def next_step(self, position: ChunkPosition, bucket: Bucket) -> TrainingStep | None:
         """Not known: the lock server grants a bucket only once this one is trained (asking
         earlier would lock partitions another trainer may need)."""
         return None

@@ -55,6 +55,9 @@ SETTLE_LOCAL_S = 0.1
 SETTLE_REMOTE_S = 1.0
 
 
+# Tries to open the lock file while another process may remove its just-made folder.
+LOCK_FILE_ATTEMPTS = 5
+
 class LeaseHeldError(TransientError):
     """Another live run holds the lease.
 
@@ -206,10 +209,9 @@ class CheckpointLease:
         if not self.directory.is_local:
             yield
             return
-        self.directory.makedirs()
         path = self.directory.path(self.lock_file)
         while True:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            descriptor = self._open_lock_file(path)
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             with contextlib.suppress(FileNotFoundError):
                 if os.fstat(descriptor).st_ino == os.stat(path).st_ino:
@@ -219,6 +221,17 @@ class CheckpointLease:
             yield
         finally:
             os.close(descriptor)  # releases the lock
+
+    def _open_lock_file(self, path: str) -> int:
+        """The lock file, opened (made if missing) in a folder made if missing. Another
+        process's probe of the path (`Directory.check_writable`, in a role starting beside
+        this one) may remove the folder it made between the two: then both are made again."""
+        for _ in range(LOCK_FILE_ATTEMPTS - 1):
+            self.directory.makedirs()
+            with contextlib.suppress(FileNotFoundError):
+                return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        self.directory.makedirs()
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
 
     def release(self) -> None:
         """Delete the lease file if it is still ours (best effort: a lease left behind is

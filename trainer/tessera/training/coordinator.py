@@ -124,9 +124,9 @@ class BucketSource(Protocol):
     def progress(self) -> JobProgress | None:
         """The job's progress now (None before any bucket was trained)."""
 
-    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
-        """The bucket this trainer trains after `bucket` of `position`, if known before
-        `bucket` trains (None: none follows, or it is not known yet)."""
+    def next_step(self, position: ChunkPosition, bucket: Bucket) -> TrainingStep | None:
+        """The bucket chunk this trainer trains after `bucket` of `position`, if known
+        before `bucket` trains (None: none follows, or it is not known yet)."""
 
 
 class PartitionSource(Protocol):
@@ -361,17 +361,18 @@ class TrainingRun:
     def _train_step(self, trainer: AnyBucketTrainer,
                     position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
         raise_if_stopped()
-        step = TrainingStep(position.epoch_idx, position.edge_path_idx,
-                            position.edge_chunk_idx, bucket)
+        step = step_at(position, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
         metadata = iteration_metadata(self.config, self.schedule, position)
         started = time.monotonic()
         partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
         self.partition_wait_seconds += time.monotonic() - started
-        following = self.source.next_bucket(position, bucket)
+        following = self.source.next_step(position, bucket)
         if following is not None:  # read while this bucket trains
-            self.partitions.prefetch(part for keys in self.data.partition_keys(following)
+            self.partitions.prefetch(part for keys in self.data.partition_keys(following.bucket)
                                      for part in keys)
+            if isinstance(trainer, DeviceBucketTrainer):
+                trainer.look_ahead(following)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
         base = task.done
         # Polled twice per update, so that no update is late by a whole interval.
@@ -397,6 +398,11 @@ class TrainingRun:
         if progress.mrr is not None:
             fields[MRR] = round(progress.mrr, 4)
         task.advance(progress.edges_done - task.done, **fields)
+
+
+def step_at(position: ChunkPosition, bucket: Bucket) -> TrainingStep:
+    return TrainingStep(position.epoch_idx, position.edge_path_idx, position.edge_chunk_idx,
+                        bucket)
 
 
 def peak_memory(devices: list[torch.device]) -> int | None:
@@ -445,14 +451,15 @@ class ScheduledBuckets:
     def progress(self) -> JobProgress | None:
         return self.last
 
-    def next_bucket(self, position: ChunkPosition, bucket: Bucket) -> Bucket | None:
+    def next_step(self, position: ChunkPosition, bucket: Bucket) -> TrainingStep | None:
         """The schedule's next bucket, in this position or the first of the next one."""
         buckets = self.schedule.buckets(position)
         index = buckets.index(bucket) + 1
         if index < len(buckets):
-            return buckets[index]
+            return step_at(position, buckets[index])
         following = self.schedule.position_after(position)
-        return self.schedule.buckets(following)[0] if following is not None else None
+        return step_at(following, self.schedule.buckets(following)[0]) \
+            if following is not None else None
 
 
 class EarlyStopping:

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -83,7 +84,33 @@ class DeviceBucketTrainer:
         self.copier = PartitionCopier(self.device, self.dtype)
         self.tally = EdgeTally()
         self.recorded_shapes = 0  # batch shapes recorded so far (CUDA graphs on a GPU)
+        # The next chunk's edges, read (shuffled, staged) while this one trains, by chunk in
+        # the order asked for.
+        self.edge_reader = ThreadPoolExecutor(1, thread_name_prefix="tessera-edges")
+        self.ahead: dict[TrainingStep, Future[tuple[EdgeList, EdgeList]]] = {}
 
+    def look_ahead(self, step: TrainingStep) -> None:
+        """Start reading the edges of `step`, the chunk that trains next, in the background:
+        a GPU trains a chunk in milliseconds, and would otherwise wait for the read."""
+        if step not in self.ahead:
+            self.ahead[step] = self.edge_reader.submit(self._read_edges, step)
+
+    def _read_edges(self, step: TrainingStep) -> tuple[EdgeList, EdgeList]:
+        """The chunk's shuffled training edges, staged, and its held-out edges."""
+        with kernels.torch_only():  # as the chunk's own thread reads them
+            [edges], eval_edges = read_training_edges(self.config, self.data, step,
+                                                      self.num_chunks, 1)
+            return self.staged(edges), eval_edges
+
+    def _edges_of(self, step: TrainingStep) -> tuple[EdgeList, EdgeList]:
+        """The chunk's edges: read ahead, else read now. Reads ahead for chunks asked for
+        before this one are let go: the order changed, and they read again if they come
+        (their failures too are theirs)."""
+        if step not in self.ahead:
+            return self._read_edges(step)
+        while (earlier := next(iter(self.ahead))) != step:
+            self.ahead.pop(earlier).exception()
+        return self.ahead.pop(step).result()  # a failed read raises here, as it would have
     def edges_trained(self) -> int:
         """Edges trained so far in the bucket chunk being trained."""
         return self.tally.total()
@@ -100,10 +127,7 @@ class DeviceBucketTrainer:
     def _train(self, step: TrainingStep, partitions: Tables) -> BucketOutcome:
         lhs_keys, rhs_keys = self.data.partition_keys(step.bucket)
         in_flight = self.copier.to_device(partitions)
-        # Read while the partitions are being copied.
-        [edges], eval_edges = read_training_edges(self.config, self.data, step,
-                                                  self.num_chunks, 1)
-        edges = self.staged(edges)
+        edges, eval_edges = self._edges_of(step)  # read while the partitions are copied
         tables = in_flight.ready()
         pools = bucket_degree_pools(self.config, edges, lhs_keys, rhs_keys, tables, self.device)
         state = self.model.pull()
