@@ -65,6 +65,7 @@ PARTITION_WAIT_SECONDS = "partition_wait_s"
 # Apart from the training time: the process's age when training began, and the time the
 # run's checkpoints took (written and committed while training waited).
 STARTUP_SECONDS = "startup_s"
+STEP = "step"  # the summary's name of the run's step implementation (`training.steps`)
 CHECKPOINT_SECONDS = "checkpoint_s"
 EVAL_PREFIX = "eval_"  # the summary's metrics of the last evaluation: eval_mrr, eval_hits@10
 

@@ -1,7 +1,7 @@
 """The compiled worker loop trains exactly what the batch loop trains.
 
 Each case trains one worker's edges twice from the same starting tables, model and seed:
-through the batch loop (`train_part(compiled=False)`: per batch the closed-form gradients,
+through the batch loop (settings' `whole_loop` off: per batch the closed-form gradients,
 whose kernels the closed-form tests hold equal to autograd, and the optimizers) and through
 `compiled_loop`. Tables, Adagrad state, model parameters and the loss must agree. And both
 stop at the next batch when a stop signal was recorded.
@@ -76,13 +76,19 @@ def worker_case(num_edges: int = 230, *, two_types: bool = False, rows: tuple[in
     return state, task
 
 
+def in_loop(task: WorkerTask, compiled: bool) -> WorkerTask:
+    """The task, trained by the compiled loop (where it handles it) or the batch loop."""
+    return dataclasses.replace(task, settings=dataclasses.replace(task.settings,
+                                                                  whole_loop=compiled))
+
+
 def train_both_ways(state: ModelState, task: WorkerTask) -> list[tuple[Any, ...]]:
     """(loss, tables, row sums, parameters, parameter accumulators and step counts) after
     the batch loop, then after the compiled loop, each from a copy of the same start."""
     outcomes = []
     for compiled in (False, True):
         mine_state, mine_task = copy.deepcopy((state, task))
-        stats = train_part(mine_state, mine_task, compiled=compiled)
+        stats = train_part(mine_state, in_loop(mine_task, compiled))
         optimizer = mine_state.optimizer
         outcomes.append((
             stats.loss, stats.count,
@@ -233,7 +239,7 @@ def test_one_compiled_batch_equals_autograd_and_the_torch_optimizers(case: str) 
     assert compiled_loop.handles(state, task)
     reference_state, reference_task = copy.deepcopy((state, task))
     expected_loss = autograd_step(reference_state, reference_task)
-    stats = train_part(state, task, compiled=True)
+    stats = train_part(state, task)
     assert stats.loss == pytest.approx(expected_loss, rel=1e-5)
     for key, partition in task.partitions.items():
         reference = reference_task.partitions[key]
@@ -261,7 +267,7 @@ def test_degree_negatives_train_in_the_compiled_loop_as_in_the_batch_loop(case: 
     compiled_loss, _ = loops_agree(state, task)
     # The degree draws changed what trained: not the run without them.
     plain_state, plain_task = worker_case(**CASES[case])
-    plain_loss = train_part(plain_state, plain_task, compiled=True).loss
+    plain_loss = train_part(plain_state, plain_task).loss
     assert plain_loss != pytest.approx(compiled_loss, rel=1e-6)
 
 
@@ -281,6 +287,6 @@ def test_a_recorded_stop_signal_stops_a_worker_before_its_next_batch(
     before = [p.embeddings.clone() for p in task.partitions.values()]
     monkeypatch.setattr(stop_signals, "_received", signal.SIGTERM)
     with pytest.raises(stop_signals.Terminated):
-        train_part(state, task, compiled=compiled)
+        train_part(state, in_loop(task, compiled))
     for table, start in zip((p.embeddings for p in task.partitions.values()), before):
         torch.testing.assert_close(table, start, rtol=0, atol=0)  # not one batch trained

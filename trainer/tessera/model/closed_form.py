@@ -31,8 +31,9 @@ import torch
 from torch import nn
 
 from .. import kernels
+from ..config import ConfigSchema
 from ..edgelist import EdgeList, EntityList
-from .comparators import Comparator
+from .comparators import Comparator, make_comparator
 from .losses import Loss, RankingLoss, SoftmaxLoss
 from .negatives import PADDING, Chunking, DegreeNegatives, SideNegatives, negative_mask
 from .operators import Operator, TranslationOperator, accumulate_grad, summed_over_rows
@@ -45,12 +46,17 @@ if TYPE_CHECKING:  # the model scores through `fused_losses`, which uses this mo
 MINUS_INFINITY = torch.tensor(float("-inf"))  # the score of a masked negative
 
 
-def supports_closed_form(model: EmbeddingModel) -> bool:
-    """Whether `closed_form_gradients` handles the model's config (else: autograd)."""
-    config = model.config
-    return (model.comparator.inner_product and not config.dynamic_relations
-            and model.regularizer is None
+def closed_form_covers(config: ConfigSchema) -> bool:
+    """Whether `closed_form_gradients` handles models of `config` (else: autograd): an
+    inner-product comparator, one relation type per batch, no regularizer, no features."""
+    return (make_comparator(config.comparator, config.bias).inner_product
+            and not config.dynamic_relations and config.regularization_coef == 0
             and not any(entity.featurized for entity in config.entities.values()))
+
+
+def supports_closed_form(model: EmbeddingModel) -> bool:
+    """`closed_form_covers` of the model's config."""
+    return closed_form_covers(model.config)
 
 
 @torch.no_grad()  # gradients are computed here, not recorded

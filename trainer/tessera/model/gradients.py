@@ -31,14 +31,17 @@ class BatchGradients:
     rows: list[RowGradients]  # one entry per table the batch read
 
 
-def batch_gradients(model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
-                    rhs_table: torch.Tensor, *, num_batch_negs: int, num_uniform_negs: int,
-                    generator: torch.Generator | None = None,
-                    degree: DegreeNegatives | None = None) -> BatchGradients:
+def batch_gradients(  # noqa: PLR0913 (a batch's settings, keyword-only)
+        model: EmbeddingModel, edges: EdgeList, lhs_table: torch.Tensor,
+        rhs_table: torch.Tensor, *, num_batch_negs: int, num_uniform_negs: int,
+        generator: torch.Generator | None = None, degree: DegreeNegatives | None = None,
+        closed_form: bool | None = None) -> BatchGradients:
     """Score `edges` against their negatives (drawn with `generator`; `degree`: degree
     negatives) and differentiate the loss; parameter gradients are added to their `.grad`, as
-    `backward()` does. With reciprocal relations, both directions' (one step for both)."""
-    if supports_closed_form(model):
+    `backward()` does. With reciprocal relations, both directions' (one step for both).
+    `closed_form`: written out or by autograd, as the run's step implementation says (None:
+    written out where the model's config allows it)."""
+    if supports_closed_form(model) if closed_form is None else closed_form:
         results = [closed_form_gradients(
             model, direction.edges, direction.lhs_table, direction.rhs_table,
             num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,

@@ -30,6 +30,7 @@ from .allocator import release_freed_memory
 from .hogwild import HogwildPool, Pool, empty_shared
 from .partitions import Partition
 from .schedule import TrainingStep
+from .steps import StepImplementation, choose_step
 from .trained_edges import EdgeTally
 from .worker import BatchSettings, ModelState, WorkerTask, train_part
 
@@ -67,14 +68,17 @@ class BucketTrainer:
     pool: Pool | None
     num_workers: int
     num_chunks: int
+    step: StepImplementation | None = None  # the run's (None: `choose_step`'s for config)
 
     def __post_init__(self) -> None:
         config = self.config
+        step = self.step or choose_step(config, on_device=False)
         self.settings = BatchSettings(
             batch_size=config.batch_size, num_batch_negs=config.num_batch_negs,
             num_uniform_negs=config.num_uniform_negs,
             dynamic_relations=config.dynamic_relations, lr=config.lr,
-            num_degree_negs=config.num_degree_negs)
+            num_degree_negs=config.num_degree_negs, whole_loop=step.whole_loop,
+            closed_form=step.closed_form)
         self.tally = EdgeTally(self.num_workers, shared=isinstance(self.pool, HogwildPool))
 
     def edges_trained(self) -> int:

@@ -52,6 +52,7 @@ from ..log_records import (
     RESUMING,
     STARTUP_SECONDS,
     STATS,
+    STEP,
     TRAIN_TASK,
     TRAINING_FINISHED,
     epoch_text,
@@ -74,6 +75,7 @@ from .multi_device_trainer import MultiDeviceBucketTrainer
 from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder, look_ahead_enabled
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
+from .steps import StepImplementation, choose_step
 from .trained_edges import reporting_every
 from .worker import ModelState, train_part
 
@@ -97,6 +99,7 @@ class TrainingSummary:
     # CUDA's initialisation, reading the checkpoint), and the time checkpoints took in it.
     startup_seconds: float | None = None
     checkpoint_seconds: float = 0.0
+    step: str | None = None  # the name of the run's step implementation (`steps`)
 
     @property
     def edges_per_second(self) -> float:
@@ -302,6 +305,10 @@ class TrainingRun:
     device_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
     partition_wait_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
 
+    def __post_init__(self) -> None:
+        # How every step of the run is computed: chosen once, here.
+        self.step: StepImplementation = choose_step(self.config, on_device=bool(self.devices))
+
     @property
     def num_workers(self) -> int:
         return self.config.workers or os.cpu_count() or 1
@@ -342,21 +349,23 @@ class TrainingRun:
             device_seconds=self.device_seconds if self.devices else None,
             device_peak_bytes=peak_memory(self.devices),
             partition_wait_seconds=self.partition_wait_seconds,
-            startup_seconds=startup_seconds, checkpoint_seconds=checkpoint_seconds)
+            startup_seconds=startup_seconds, checkpoint_seconds=checkpoint_seconds,
+            step=self.step.name)
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
     def _bucket_trainer(self, pool: Pool | None) -> AnyBucketTrainer:
         if not self.devices:
             return BucketTrainer(self.config, self.data, self.state, pool, self.num_workers,
-                                 self.schedule.num_edge_chunks)
+                                 self.schedule.num_edge_chunks, self.step)
         dtype, chunks = embedding_dtype(self.config), self.schedule.num_edge_chunks
+        closed_form = self.step.closed_form
         featurized = any(entity.featurized for entity in self.config.entities.values())
         if len(self.devices) == 1 or featurized:  # a feature's rows are in no one range
             return DeviceBucketTrainer(self.config, self.data, self.state, chunks,
-                                       self.devices[0], dtype)
+                                       self.devices[0], dtype, closed_form=closed_form)
         return MultiDeviceBucketTrainer(self.config, self.data, self.state, chunks,
-                                        self.devices, dtype)
+                                        self.devices, dtype, closed_form=closed_form)
 
     def _train_step(self, trainer: AnyBucketTrainer,
                     position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
@@ -422,6 +431,8 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
         rows[DEVICE_BUSY_SECONDS] = round(summary.device_seconds, 2)
     if summary.device_peak_bytes is not None:
         rows[DEVICE_PEAK_MEMORY_GB] = round(summary.device_peak_bytes / 1e9, 3)
+    if summary.step is not None:
+        rows[STEP] = summary.step
     rows[PARTITION_WAIT_SECONDS] = round(summary.partition_wait_seconds, 2)
     rows[CHECKPOINT_SECONDS] = round(summary.checkpoint_seconds, 2)
     if summary.startup_seconds is not None:

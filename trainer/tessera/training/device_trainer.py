@@ -78,6 +78,7 @@ class DeviceBucketTrainer:
     device: torch.device
     dtype: torch.dtype = torch.float32
     record_steps: bool = True  # replay each batch shape's recorded step (`recorded_steps`)
+    closed_form: bool | None = None  # the run's step implementation's (see `batch_gradients`)
 
     def __post_init__(self) -> None:
         self.model = DeviceModel(self.state, self.config, self.device)
@@ -198,25 +199,28 @@ class DeviceBucketTrainer:
                 rhs_table=tables[rhs_keys[relation]].embeddings, row_optimizers=row_optimizers,
                 generator=draws, degree=degree_negatives(config.num_degree_negs, degree_pools,
                                                          lhs_keys[relation],
-                                                         rhs_keys[relation]))
+                                                         rhs_keys[relation]),
+                closed_form=self.closed_form)
             recorder.run((relation, len(batch)), batch, step)
             count_trained(self.tally.slots, len(batch))
 
 
 def train_batch(state: ModelState, batch: EdgeList, lhs_table: torch.Tensor,
                 rhs_table: torch.Tensor, row_optimizers: dict[int, RowAdagrad],
-                generator: torch.Generator, degree: DegreeNegatives | None = None
+                generator: torch.Generator, degree: DegreeNegatives | None = None,
+                closed_form: bool | None = None
                 ) -> tuple[float | torch.Tensor, float | torch.Tensor]:
     """One step on the device: the batch's gradients, the row-wise Adagrad steps of the
     tables' rows (`row_optimizers`, by the table's id) and the model's Adagrad step; the
-    batch's loss and regularization (0-d device tensors off the CPU)."""
+    batch's loss and regularization (0-d device tensors off the CPU); `closed_form` as in
+    `batch_gradients`."""
     config = state.model.config
     if state.optimizer is not None:
         state.optimizer.zero_grad()
     gradients = batch_gradients(state.model, batch, lhs_table, rhs_table,
                                 num_batch_negs=config.num_batch_negs,
                                 num_uniform_negs=config.num_uniform_negs, generator=generator,
-                                degree=degree)
+                                degree=degree, closed_form=closed_form)
     for rows in gradients.rows:
         row_optimizers[id(rows.table)].step(rows.rows, rows.grads)
     if state.optimizer is not None:

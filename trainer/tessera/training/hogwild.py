@@ -3,7 +3,7 @@
 Workers are started once per run and receive one task per bucket; they update the tables
 without locks, as Hogwild! prescribes: collisions are rare and harmless for sparse updates.
 
-Threads are the default where the compiled loop trains the setup (`compiled_loop.covers`):
+Threads are the default where the compiled loop trains the setup (`steps.choose_step`):
 a worker then spends its time in one call per 32 batches that releases the GIL, and threads
 need no shared memory, so handing over a bucket's edges and partitions costs nothing. In every
 other setup the step's ~100 tensor operations per batch each take the GIL back, two threads
@@ -33,9 +33,9 @@ import torch.multiprocessing as mp
 from ..config import ConfigSchema
 from ..errors import ConfigError, TransientError
 from ..stop_signals import raise_if_stopped
-from . import compiled_loop
 from .allocator import keep_freed_memory, release_freed_memory
 from .libc import libc_function
+from .steps import choose_step
 
 # How often the parent checks that workers are still alive while waiting for results.
 LIVENESS_POLL_SECONDS = 1.0
@@ -67,7 +67,7 @@ def workers_are_processes(config: ConfigSchema) -> bool:
     otherwise (module docstring)."""
     choice = os.environ.get("TESSERA_HOGWILD")
     if choice is None:
-        return not compiled_loop.covers(config)
+        return not choose_step(config, on_device=False).whole_loop
     if choice not in ("threads", "processes"):
         raise ConfigError("TESSERA_HOGWILD (environment)",
                           f"{choice!r} is not a kind of worker: use 'processes' or 'threads'")

@@ -90,10 +90,12 @@ class MultiDeviceBucketTrainer:
     num_chunks: int
     devices: list[torch.device]
     dtype: torch.dtype = torch.float32
+    closed_form: bool | None = None  # the run's step implementation's (see `batch_gradients`)
 
     def __post_init__(self) -> None:
         self.trainers = [DeviceBucketTrainer(self.config, self.data, self.state,
-                                             self.num_chunks, device, self.dtype)
+                                             self.num_chunks, device, self.dtype,
+                                             closed_form=self.closed_form)
                          for device in self.devices]
         self.threads = ThreadPoolExecutor(len(self.devices), thread_name_prefix="tessera-gpu")
 

@@ -56,6 +56,10 @@ class BatchSettings:
     dynamic_relations: bool
     lr: float
     num_degree_negs: int = 0
+    # The run's step implementation (`steps`): the compiled loop where it handles a task;
+    # closed-form gradients (None: where the model's config allows them).
+    whole_loop: bool = True
+    closed_form: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -82,14 +86,14 @@ class WorkerStats:
     seconds: float
 
 
-def train_part(state: ModelState, task: WorkerTask, compiled: bool = True) -> WorkerStats:
-    """Train on `task.edges` in batches, updating the shared tables and model in place;
-    `compiled`: in one compiled call where `compiled_loop` handles the setup."""
+def train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
+    """Train on `task.edges` in batches, updating the shared tables and model in place; in
+    one compiled call where the settings ask for it and `compiled_loop` handles the task."""
     if task.delay_seconds:
         time.sleep(task.delay_seconds)
     started = time.monotonic()
     generator = torch.Generator().manual_seed(task.seed)
-    if compiled and compiled_loop.handles(state, task):
+    if task.settings.whole_loop and compiled_loop.handles(state, task):
         loss = compiled_loop.train_compiled(state, task, generator)
         return WorkerStats(loss=loss, regularization=0.0, count=len(task.edges),
                            seconds=time.monotonic() - started)
@@ -107,7 +111,7 @@ def train_part(state: ModelState, task: WorkerTask, compiled: bool = True) -> Wo
             state.model, batch, task.partitions[task.lhs_keys[relation]].embeddings,
             task.partitions[task.rhs_keys[relation]].embeddings,
             num_batch_negs=settings.num_batch_negs, num_uniform_negs=settings.num_uniform_negs,
-            generator=generator,
+            generator=generator, closed_form=settings.closed_form,
             degree=degree_negatives(settings.num_degree_negs, task.degree_pools,
                                     task.lhs_keys[relation], task.rhs_keys[relation]))
         for rows in gradients.rows:
