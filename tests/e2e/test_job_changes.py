@@ -61,6 +61,12 @@ def test_a_changed_config_trains_a_new_generation_from_the_last_checkpoint(
     if during_a_run:
         cluster.wait_for_log(TRAINER, COMMITTED, JOB_SECONDS)
         cluster.pause(TRAINER)
+        # The edit comes once the operator has read the commit from the trainer's log: an edit
+        # before that retrains from where the first run started (the operator plans from the
+        # versions it has seen), which is not what this test is about.
+        eventually(lambda: ((cluster.job("umls") or {}).get("status") or {})
+                   .get("checkpoint", {}).get("version"),
+                   "the operator to see the first commit", STATUS_SECONDS)
         first_phases = ["Pending", "Running"]
     else:
         cluster.wait_for_phase("umls", "Succeeded", JOB_SECONDS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 
@@ -11,11 +12,12 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def scrape(url: str, timeout: float = 5.0) -> Samples | None:
-    """Every sample at `url`, keyed by (name, sorted labels); None if nothing answers."""
+    """Every sample at `url`, keyed by (name, sorted labels); None if nothing answers (or
+    the server ends mid-answer: a process exiting while it was scraped)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             text = response.read().decode()
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
+    except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.IncompleteRead):
         return None
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
