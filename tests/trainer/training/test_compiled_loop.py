@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import signal
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,17 +27,9 @@ from tessera.training.optimizers import DenseAdagrad, RowAdagrad, make_model_opt
 from tessera.training.partitions import Partition
 from tessera.training.worker import BatchSettings, ModelState, WorkerTask, train_part
 
-pytestmark = pytest.mark.skipif(not (kernels.AVAILABLE and kernels.CHUNKED),
-                                reason="tessera._kernels is not built")
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """As in a Hogwild worker: the compiled paths run on one intra-op thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = [pytest.mark.skipif(not (kernels.AVAILABLE and kernels.CHUNKED),
+                                 reason="tessera._kernels is not built"),
+              pytest.mark.usefixtures("one_thread")]
 
 
 def worker_case(num_edges: int = 230, *, two_types: bool = False, rows: tuple[int, int] =

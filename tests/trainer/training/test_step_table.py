@@ -5,7 +5,6 @@ optimizers, no compiled kernels), and a run names the row it chose in its summar
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,15 +43,7 @@ CHOSEN = {"default": ("compiled loop", "device, closed form"),
           "l2, logistic": ("autograd", "device, autograd"),
           "N3": ("autograd", "device, autograd")}
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """As in a Hogwild worker: the compiled paths run on one intra-op thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # the compiled loop's condition
 
 
 def config_of(setup: str) -> ConfigSchema:

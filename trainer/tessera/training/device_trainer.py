@@ -112,6 +112,7 @@ class DeviceBucketTrainer:
         while (earlier := next(iter(self.ahead))) != step:
             self.ahead.pop(earlier).exception()
         return self.ahead.pop(step).result()  # a failed read raises here, as it would have
+
     def edges_trained(self) -> int:
         """Edges trained so far in the bucket chunk being trained."""
         return self.tally.total()

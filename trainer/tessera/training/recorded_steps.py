@@ -90,8 +90,8 @@ class Shape:
     """What a recorder keeps for one batch shape."""
 
     slots: BatchSlots
-    graph: torch.cuda.CUDAGraph | None = None
-    replays: Callable[[], None] | None = None  # the recorded step (on the CPU, the step)
+    # The recorded step: a CUDA graph's replay (on the CPU, the step again).
+    replays: Callable[[], None] | None = None
     seen: int = 0
 
 
@@ -151,7 +151,7 @@ class StepRecorder:
 
     def _recorded(self, shape: Shape, step: Step) -> Callable[[], None] | None:
         edges = shape.slots.edges
-        if self.stream is None:  # the CPU: the same buffers and sums, stepped again
+        if self.stream is None:
             return lambda: self.sums.add(step(edges))
         if self.failure is not None:
             return None
@@ -175,8 +175,7 @@ class StepRecorder:
             logger.warning("training steps are not recorded on %s (%s); they run one "
                            "operation at a time", self.device, self.failure)
             return None
-        shape.graph = graph
-        return graph.replay
+        return graph.replay  # which holds the graph
 
 
 def worth_recording(num_edges: int, batch_size: int) -> bool:
