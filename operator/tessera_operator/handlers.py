@@ -228,6 +228,13 @@ class TrainerLog:
             await self.follower.read_to_the_end()
         return self.follower.reported()
 
+    async def caught_up(self) -> TrainingProgress | None:
+        """The progress with the log read now, not as far as the stream has handed it over."""
+        if self.follower is None:
+            return None
+        await self.follower.catch_up()
+        return self.follower.reported()
+
     async def stop(self) -> None:
         if self.follower is not None:
             await self.follower.stop()
@@ -268,6 +275,11 @@ async def _decide(job: Mapping[str, Any], pods: list[ObservedPod],
         next((pod for pod in pods if pod.name == trainer and pod.run == view.run), None))
     now = datetime.now(timezone.utc)
     action = next_action(view, pods, now, progress)
+    if action.kind is ActionKind.NEW_RUN:
+        # The new run starts from the last commit: one the stream has not handed over yet
+        # would otherwise be missed, and the run would start from the previous init_path.
+        progress = await trainer_log.caught_up()
+        action = next_action(view, pods, now, progress)
     status = desired_status(view, pods, progress, action, now)
     return Step(job, view, pods, action, status, status_patch(view.status, status),
                 job_event(job["metadata"], action, now, reporting_instance()))

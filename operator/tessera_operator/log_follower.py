@@ -78,14 +78,25 @@ class LogFollower:
         if self.ended:
             return
         await self.stop()
+        self.ended = await self._read_tail()
+
+    async def catch_up(self) -> None:
+        """Read the log's tail once, plainly, beside the stream: for a decision that must
+        not miss a record the stream has not handed over yet (a commit written just before
+        the config changed decides where the next run starts)."""
+        if not self.ended:
+            await self._read_tail()
+
+    async def _read_tail(self) -> bool:
+        """Fold the log's tail into the progress; False when it could not be read."""
         try:
             text = await self.connect().call("GET", self.path, ok=(400, 404),
                                              params={"tailLines": str(LOG_TAIL_LINES)})
         except Exception as problem:  # whatever went wrong, the lifecycle goes on
             self._failed(problem)
-            return
+            return False
         self._show(parse_progress(str(text or "").splitlines()))
-        self.ended = True
+        return True
 
     def _failed(self, problem: Exception) -> None:
         status = getattr(problem, "status", None)

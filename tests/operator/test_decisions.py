@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from operator_support import START, job_object, lease_held_error, pod_object
+from operator_support import NAMESPACE, START, job_object, lease_held_error, pod_object
 
 from tessera_operator import conditions as cond
+from tessera_operator import handlers
 from tessera_operator.decisions import ActionKind, next_action, progress_pod, restart_delay
 from tessera_operator.job import JobView, view_job
 from tessera_operator.pods import ObservedPod, observe_pod
@@ -29,6 +31,18 @@ def recorded_job(*, run: int = 1, restarts: int = 0, version: int | None = None,
                  ) -> JobView:
     """A job whose status says run `run` started from its current spec at START; `edit`
     changes the spec afterwards (a new generation the operator has not acted on yet)."""
+    return view_job(recorded_job_object(run=run, restarts=restarts, version=version,
+                                        states=states, completion=completion, edit=edit,
+                                        policy=policy, spec=spec))
+
+
+def recorded_job_object(*, run: int = 1, restarts: int = 0, version: int | None = None,
+                        states: dict[str, tuple[bool, str]] | None = None,
+                        completion: datetime | None = None,
+                        edit: Callable[[dict], None] | None = None,
+                        policy: dict[str, Any] | None = None,
+                        spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`recorded_job` as the API returns it."""
     job = job_object(spec)
     job["spec"]["runPolicy"].update(policy or {})
     parsed = parse_spec(job["spec"])
@@ -46,7 +60,7 @@ def recorded_job(*, run: int = 1, restarts: int = 0, version: int | None = None,
     if edit is not None:
         edit(job["spec"])
         job["metadata"]["generation"] = 2
-    return view_job(job)
+    return job
 
 
 def pod(name: str = TRAINER, **fields: Any) -> ObservedPod:
@@ -313,6 +327,43 @@ def test_the_trainers_latest_checkpoint_counts_before_the_status_records_it() ->
     retrain = next_action(edited, [pod()], START, committed)
     assert retrain.kind is ActionKind.NEW_RUN and retrain.plan.init_path == CHECKPOINTS
     assert "from checkpoint version 6" in retrain.message
+
+
+class LaggingLogApi:
+    """The API of a trainer whose followed log has not handed over its last records yet: the
+    stream stays silent, a plain read of the log returns them."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    async def lines(self, path: str, params: Any) -> AsyncIterator[str]:
+        await asyncio.Event().wait()  # never set: nothing comes until the follower stops
+        yield ""
+
+    async def call(self, method: str, path: str, body: Any = None, **_: Any) -> str:
+        assert (method, path) == ("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{TRAINER}/log")
+        return self.log
+
+
+def test_a_config_change_starts_from_a_commit_the_stream_has_not_handed_over(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user edits the config just after the trainer commits: the new run starts from that
+    commit, not from the previous run's init_path (here scratch)."""
+    api = LaggingLogApi('{"event": "checkpoint committed", "checkpoint_version": 3}\n')
+    monkeypatch.setattr(handlers, "shared_api", lambda: api)
+    edited = recorded_job_object(edit=set_path("config.num_epochs", 20))
+
+    async def decide() -> handlers.Step:
+        trainer_log = handlers.TrainerLog(NAMESPACE, wake=lambda: None)
+        try:
+            return await handlers._decide(edited, [pod()], trainer_log)
+        finally:
+            await trainer_log.stop()
+
+    step = asyncio.run(decide())
+    assert step.action.kind is ActionKind.NEW_RUN
+    assert step.action.plan is not None and step.action.plan.init_path == CHECKPOINTS
+    assert f"from checkpoint version 3 of {CHECKPOINTS}" in step.action.message
 
 
 SUCCEEDED_JOB = {"Succeeded": (True, cond.TRAINING_FINISHED)}
