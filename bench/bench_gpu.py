@@ -169,6 +169,8 @@ def system_config(system: base.System, folder: Path, graph: Graph,
     config["workers"] = args.workers
     if isinstance(system, base.Tessera) and args.partition_cache_gb:
         config["partition_cache_gb"] = args.partition_cache_gb
+    if isinstance(system, base.Tessera) and args.background_io:
+        config["background_io"] = True
     if isinstance(system, TesseraGPU):
         config.update(num_gpus=1, batch_size=gpu_batch_size, half_precision=args.half_precision)
     return config
@@ -380,6 +382,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--partition-cache-gb", type=float, default=0.0,
                         help="Tessera's partition_cache_gb (both devices): partitions swapped "
                         "out are kept in memory, unwritten, up to this size")
+    parser.add_argument("--background-io", action="store_true",
+                        help="Tessera's background_io (both devices): swapped-out partitions, "
+                        "and checkpoints taken with every partition in memory, written while "
+                        "training goes on")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
@@ -474,6 +480,7 @@ def print_settings(args: argparse.Namespace, graphs: list[Graph]) -> None:
           f"{'; GPU run: float16 embeddings' if args.half_precision else ''}"
           f"{f', GPU memory capped at {cap:.0%}' if cap else ''}"
           f"{f'; partition_cache_gb {cache:g}' if cache else ''}"
+          f"{'; background_io' if args.background_io else ''}"
           f". Arithmetic limit at {args.peak_tflops:g} TFLOP/s.")
     if any(not graph.knowledge_graph for graph in graphs):
         config = base.benchmark_config(Path("."), 1, args.lr, args.epochs)

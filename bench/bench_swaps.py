@@ -7,12 +7,17 @@ the time training waited for partitions (`partition_wait_s` of the run's summary
 share, the peak PSS of the process tree and the load average when the run ended. Settings:
 `on-demand` (`TESSERA_PREFETCH=0`: each bucket's partitions read when it starts, those it
 leaves written at once), `look-ahead` (read while the bucket before trains), `background-io`
-(look-ahead, and writes made while the next bucket trains) and `cache` (look-ahead, and
+(look-ahead, and writes made while the next bucket trains), `cache` (look-ahead, and
 `partition_cache_gb` large enough for every partition: swapped-out partitions stay in
-memory and are written once per checkpoint).
+memory and are written once per checkpoint) and `cache-background` (the cache, and
+`background_io`: with every partition in memory, each checkpoint is written from a copy
+while the next chunk trains). The `checkpoint s` column is the time training waited for
+checkpoints (`checkpoint_s`); with one partition (`--partitions 1`) `background-io` writes
+its checkpoints in the background too.
 
     python bench/bench_swaps.py                                  # 2M edges, 1M nodes, dim 200
     python bench/bench_swaps.py --settings look-ahead cache --dimension 100
+    python bench/bench_swaps.py --partitions 1 --epochs 5 --settings look-ahead background-io
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ def settings(cache_gb: float) -> dict[str, tuple[str, dict[str, Any]]]:
     """Each setting's TESSERA_PREFETCH and config changes."""
     return {"on-demand": ("0", {}), "look-ahead": ("1", {}),
             "background-io": ("1", {"background_io": True}),
-            "cache": ("1", {"partition_cache_gb": cache_gb})}
+            "cache": ("1", {"partition_cache_gb": cache_gb}),
+            "cache-background": ("1", {"partition_cache_gb": cache_gb, "background_io": True})}
 
 
 def train_run(folder: Path, config: dict[str, Any], prefetch: str) -> dict[str, float]:
@@ -51,20 +57,22 @@ def train_run(folder: Path, config: dict[str, Any], prefetch: str) -> dict[str, 
     summary = next(json.loads(line) for line in reversed(measured.log.splitlines())
                    if '"training finished"' in line)
     return {"seconds": summary["seconds"], "wait": summary["partition_wait_s"],
+            "checkpoint": summary["checkpoint_s"],
             "pss": measured.peak_tree_pss / GB, "load": os.getloadavg()[0]}
 
 
 def print_table(runs: dict[str, list[dict[str, float]]]) -> None:
-    print(f"{'setting':<15}{'run':>4}{'train s':>9}{'wait s':>8}{'wait %':>8}"
-          f"{'peak PSS GB':>13}{'load 1m':>9}")
+    print(f"{'setting':<18}{'run':>4}{'train s':>9}{'wait s':>8}{'wait %':>8}"
+          f"{'checkpoint s':>14}{'peak PSS GB':>13}{'load 1m':>9}")
     for name, results in runs.items():
         for index, run in enumerate(results):
-            print(f"{name:<15}{index:>4}{run['seconds']:>9.1f}{run['wait']:>8.2f}"
-                  f"{100 * run['wait'] / run['seconds']:>7.1f}%{run['pss']:>13.3f}"
-                  f"{run['load']:>9.2f}")
+            print(f"{name:<18}{index:>4}{run['seconds']:>9.1f}{run['wait']:>8.2f}"
+                  f"{100 * run['wait'] / run['seconds']:>7.1f}%{run['checkpoint']:>14.2f}"
+                  f"{run['pss']:>13.3f}{run['load']:>9.2f}")
         share = statistics.median(r["wait"] / r["seconds"] for r in results)
-        print(f"{'':<15}{'med':>4}{statistics.median(r['seconds'] for r in results):>9.1f}"
+        print(f"{'':<18}{'med':>4}{statistics.median(r['seconds'] for r in results):>9.1f}"
               f"{statistics.median(r['wait'] for r in results):>8.2f}{100 * share:>7.1f}%"
+              f"{statistics.median(r['checkpoint'] for r in results):>14.2f}"
               f"{statistics.median(r['pss'] for r in results):>13.3f}")
 
 

@@ -37,7 +37,8 @@ run build 120 python3 setup.py build_ext --inplace -q
 if [ "$stage" = quick ]; then
     run tests 240 python3 -m pytest -q -p no:cacheprovider \
         tests/trainer/training/test_recorded_steps.py \
-        tests/trainer/training/test_device_training.py tests/trainer/model/test_model_device_step.py
+        tests/trainer/training/test_device_training.py tests/trainer/model/test_model_device_step.py \
+        tests/trainer/training/test_background_checkpoints.py
     run loop 240 python3 bench/bench_recorded_steps.py --device cuda --edges 400000 \
         --repeats 1 --profile kg:1000 default:1000
     exit 0
@@ -64,7 +65,7 @@ run bench_kg_10k 60 python3 bench/bench_gpu.py --graphs kg --kg-edges 250000 \
 # PBG last: on 10M edges it is the longest run, and the deadline may cut it.
 # shellcheck disable=SC2086
 run bench_large 400 python3 bench/bench_gpu.py --graphs large --partition-cache-gb 8 \
-    $pbg $workers
+    --background-io $pbg $workers
 # The Tessera runs' JSON logs (their summaries split the time), for the next session.
 for log in bench/output/runs/*/tessera*/train_0.log; do
     run_name=$(basename "$(dirname "$(dirname "$log")")")_$(basename "$(dirname "$log")")

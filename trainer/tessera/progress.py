@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,9 @@ class Reporter:
         self.folded_events: dict[str, str] = {}
         self._live = ""  # the live line last written on a terminal, without `_folded`
         self._folded = ""  # the last folded event, shown at the end of the live line
+        # Progress comes from a polling thread and checkpoints from a background writer:
+        # one line (and one listener call) at a time.
+        self._lock = threading.RLock()
 
     def event(self, message: str, **fields: Any) -> None:
         """One line for something that happened (`imported 10 edges`)."""
@@ -92,22 +96,27 @@ class Reporter:
         self._notify(event_record(message, **fields))
 
     def _notify(self, record: dict[str, Any]) -> None:
-        for listener in self.listeners:
-            listener(record)
+        with self._lock:
+            for listener in self.listeners:
+                listener(record)
 
     def _write_json(self, record: dict[str, Any]) -> None:
-        self.stream.write(without_url_credentials(json_line(record, time.time())) + "\n")
-        self.stream.flush()
+        with self._lock:
+            self.stream.write(without_url_credentials(json_line(record, time.time())) + "\n")
+            self.stream.flush()
 
     def _write_line(self, line: str, *, transient: bool = False) -> None:
         line = without_url_credentials(line)  # paths are shown, a URL's password never
-        if transient:  # overwrite the current terminal line
-            self._live = line
-            self.stream.write("\r\x1b[2K" + line + (f"  | {self._folded}" if self._folded else ""))
-        else:
-            self._live = self._folded = ""  # a line of its own ends the live line
-            self.stream.write("\r\x1b[2K" + line + "\n" if self.stream.isatty() else line + "\n")
-        self.stream.flush()
+        with self._lock:
+            if transient:  # overwrite the current terminal line
+                self._live = line
+                self.stream.write("\r\x1b[2K" + line
+                                  + (f"  | {self._folded}" if self._folded else ""))
+            else:
+                self._live = self._folded = ""  # a line of its own ends the live line
+                self.stream.write("\r\x1b[2K" + line + "\n" if self.stream.isatty()
+                                  else line + "\n")
+            self.stream.flush()
 
 
 class ReporterLogHandler(logging.Handler):

@@ -165,7 +165,9 @@ class ConfigSchema:
         False, help="Stop when the held-out metrics stop improving between epochs.")
     background_io: bool = option(
         False, help="Write swapped-out partitions in a background thread while the next "
-        "bucket trains (one partition more in memory at a time).")
+        "bucket trains (one partition more in memory at a time); and, when every partition "
+        "is in memory, each checkpoint from a copy while the next chunk trains (Tessera "
+        "only; the model's embeddings once more in memory while it is written).")
     partition_cache_gb: float = option(
         0.0, help="Tessera only: memory (GB) in which partitions that the next bucket does "
         "not need are kept instead of written to the checkpoint, until the chunk's checkpoint "

@@ -9,9 +9,10 @@ relation operators: those start the first rows, the new ones start as in a fresh
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO, Protocol
 
 import numpy as np
@@ -46,12 +47,24 @@ class ModelOptimizer(Protocol):
 
 def save_model(store: CheckpointStore, version: int, model: EmbeddingModel,
                optimizer: ModelOptimizer | None, metadata: Mapping[str, Any]) -> None:
+    model_writer(model, optimizer, copied=False)(store, version, metadata)
+
+
+def model_writer(model: EmbeddingModel, optimizer: ModelOptimizer | None, *,
+                 copied: bool) -> Callable[[CheckpointStore, int, Mapping[str, Any]], None]:
+    """What writes the model's file into a version: its parameters as they are now, and the
+    optimizer's state as it is now if `copied` (a checkpoint written in the background while
+    training goes on), else as it is when written."""
     names = model.public_parameter_names()
     params = {names[key]: (key, tensor.detach().numpy().copy())
               for key, tensor in model.state_dict().items()}
-    saved_state = None if optimizer is None \
-        else functools.partial(torch.save, optimizer.state_dict())
-    store.write_model(version, params, saved_state, metadata)
+    state = None if optimizer is None else optimizer.state_dict()
+    saved_state = None if state is None \
+        else functools.partial(torch.save, copy.deepcopy(state) if copied else state)
+
+    def write(store: CheckpointStore, version: int, metadata: Mapping[str, Any]) -> None:
+        store.write_model(version, params, saved_state, metadata)
+    return write
 
 
 def load_model(store: CheckpointStore, version: int | None, model: EmbeddingModel,

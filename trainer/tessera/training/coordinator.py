@@ -21,6 +21,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,7 +59,7 @@ from ..log_records import (
     epoch_text,
 )
 from ..model import EmbeddingModel
-from ..model.model_io import INIT_PATH, load_model, save_model
+from ..model.model_io import INIT_PATH, load_model, model_writer, save_model
 from ..process_age import process_age
 from ..progress import HUMAN_INTERVAL, Reporter, Task
 from ..stop_signals import raise_if_stopped
@@ -149,7 +150,11 @@ class Checkpointer(Protocol):
         """The last version committed (0: none)."""
 
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
-        """Commit the checkpoint that ends `position`; True if training should stop."""
+        """Commit the checkpoint that ends `position` (or start writing it, to be committed
+        in the background); True if training should stop."""
+
+    def finish(self) -> None:
+        """Commit the checkpoint still being written, if any (raising its error)."""
 
 
 def train(config: ConfigSchema, reporter: Reporter,
@@ -328,17 +333,22 @@ class TrainingRun:
         with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
                 pool or contextlib.nullcontext(), alongside or contextlib.nullcontext():
             startup_seconds = process_age()
-            for position in positions:
-                outcomes = [self._train_step(trainer, position, bucket, task)
-                            for bucket in self.source.buckets(position)]
-                last = outcomes[-1] if outcomes else last
+            try:
+                for position in positions:
+                    outcomes = [self._train_step(trainer, position, bucket, task)
+                                for bucket in self.source.buckets(position)]
+                    last = outcomes[-1] if outcomes else last
+                    started = time.monotonic()
+                    stop = self.checkpointer.checkpoint(position, outcomes)
+                    checkpoint_seconds += time.monotonic() - started
+                    # Other trainers may have trained buckets of this position meanwhile.
+                    self._report(task, position, self.source.progress())
+                    if stop:
+                        break
+            finally:  # a stopped run too commits the chunk it had finished
                 started = time.monotonic()
-                stop = self.checkpointer.checkpoint(position, outcomes)
+                self.checkpointer.finish()
                 checkpoint_seconds += time.monotonic() - started
-                # Other trainers may have trained buckets of this position meanwhile.
-                self._report(task, position, self.source.progress())
-                if stop:
-                    break
             done, seconds = task.done, task.elapsed
         summary = TrainingSummary(
             edges=int(done), seconds=seconds,
@@ -516,22 +526,48 @@ class LocalCheckpointer:
     def committed_version(self) -> int:
         return self.holder.committed_version
 
+    writer: ThreadPoolExecutor | None = field(default=None, init=False)
+
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         self.data.check_unchanged()
         metadata = iteration_metadata(self.config, self.schedule, position)
+        self.holder.settle()  # one version pending at a time
         version = self.holder.next_version
         started = time.monotonic()
-        self.holder.write_all(metadata)
-        save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
         stats = [outcome.record() for outcome in outcomes]
-        self.store.commit(version, self.config.to_dict(), stats=stats,
-                          preserve_as=preserved_as(self.config, self.schedule, position))
-        self.holder.committed()
-        publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
-                           time.monotonic() - started, stats)
+        snapshot = self.holder.snapshot() if self.config.background_io else None
+        if snapshot is None:
+            self.holder.write_all(metadata)
+            save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
+            self._commit(version, position, stats, started)
+            self.holder.committed()
+        else:
+            write_model = model_writer(self.state.model, self.state.optimizer, copied=True)
+
+            def write_and_commit() -> None:
+                for key, partition in snapshot.items():
+                    self.holder.loader.write(key, partition, version, metadata)
+                write_model(self.store, version, metadata)
+                self._commit(version, position, stats, started)
+
+            if self.writer is None:
+                self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-checkpoint")
+            self.holder.pending = (self.writer.submit(write_and_commit), version)
         self.early_stopping.add(outcomes)
         return should_stop(self.config, self.schedule, position, self.early_stopping,
                            self.reporter)
+
+    def finish(self) -> None:
+        self.holder.settle()
+        if self.writer is not None:
+            self.writer.shutdown()
+
+    def _commit(self, version: int, position: ChunkPosition, stats: list[dict[str, Any]],
+                started: float) -> None:
+        self.store.commit(version, self.config.to_dict(), stats=stats,
+                          preserve_as=preserved_as(self.config, self.schedule, position))
+        publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
+                           time.monotonic() - started, stats)
 
 
 def preserved_as(config: ConfigSchema, schedule: TrainingSchedule,

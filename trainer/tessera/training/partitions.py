@@ -14,7 +14,10 @@ bucket needs and the current one does not hold, through the same rule as a load:
 follows the current bucket's partitions plus the next one's new ones, four per entity type at
 most. Reading never changes a file, so a killed trainer leaves its checkpoints as they were.
 With `background_io`, a partition swapped out is written by a background thread while the
-next bucket trains (one write at a time: one partition more).
+next bucket trains (one write at a time: one partition more). So is a checkpoint taken while
+every partition is in memory (one partition per entity type, or all of them cached): a copy
+of the partitions is written as version N while the next chunk trains into version N + 1
+(one version pending at a time: one copy of the model more); it counts once committed.
 
 With `partition_cache_gb`, a partition swapped out stays in memory, unwritten, while the cache
 has room; the least recently used one is written out to make room, and the chunk's checkpoint
@@ -186,10 +189,12 @@ class PartitionHolder:
         # Held partitions: shared with Hogwild workers, or pinned for a GPU to copy from.
         self.resident = partition_in_pinned_memory if pinned \
             else functools.partial(partition_for_workers, config=config)
+        # The version being written and committed in the background, and its write.
+        self.pending: tuple[Future[None], int] | None = None
 
     @property
     def next_version(self) -> int:
-        return self.committed_version + 1
+        return (self.pending[1] if self.pending else self.committed_version) + 1
 
     def all_keys(self) -> list[PartitionKey]:
         return all_partition_keys(self.config)
@@ -243,6 +248,27 @@ class PartitionHolder:
         """The next version has been committed: it is now the one to read from."""
         self.committed_version = self.next_version
         self.written_to_next.clear()
+
+    def snapshot(self) -> dict[PartitionKey, Partition] | None:
+        """Copies of every partition, to be written as the next version while training goes
+        on (None: some partition is only in files, so the version is written in the
+        foreground). The version is then `pending` until `settle`."""
+        keys = self.all_keys()
+        if any(key not in self.in_memory and key not in self.cached for key in keys):
+            return None
+        self._finish_writes()
+        self.cached_clean = set(self.cached)  # as the pending version holds them
+        self.written_to_next.clear()  # the next version starts now
+        return {key: Partition(partition.embeddings.clone(), partition.adagrad_sum.clone())
+                for key, partition in (*self.in_memory.items(), *self.cached.items())}
+
+    def settle(self) -> None:
+        """Wait for the pending version, if any: committed (or its error raised) after this."""
+        if self.pending is None:
+            return
+        (future, version), self.pending = self.pending, None
+        future.result()
+        self.committed_version = version
 
     def _swap_out(self, key: PartitionKey, metadata: Mapping[str, Any]) -> None:
         partition = self.in_memory.pop(key)
@@ -300,7 +326,10 @@ class PartitionHolder:
 
     def _newest_version(self, key: PartitionKey) -> int:
         # Swapped out earlier in this chunk: the version being written has the newest copy.
-        return self.next_version if key in self.written_to_next else self.committed_version
+        if key in self.written_to_next:
+            return self.next_version
+        self.settle()  # a pending version is the newest once committed
+        return self.committed_version
 
     def _read_for_workers(self, key: PartitionKey, version: int) -> Partition:
         return self.resident(self.loader.load(key, version))
