@@ -84,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--dimension", type=int, default=200)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2, help="Hogwild workers")
     parser.add_argument("--settings", nargs="+", choices=list(settings(0)),
                         default=list(settings(0)))
     args = parser.parse_args(argv)
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     folder = OUTPUT / f"swaps_e{args.edges}_n{args.nodes}_p{args.partitions}"
     folder.mkdir(parents=True, exist_ok=True)
     config = {**benchmark_config(folder, args.partitions, 0.01, args.epochs),
-              "dimension": args.dimension}
+              "dimension": args.dimension, "workers": args.workers}
     import_graph(Tessera(), folder, config, graph, reuse=True)
     # Every partition: float32 rows and one float32 Adagrad sum per row.
     every_partition_gb = math.ceil(args.nodes * (args.dimension + 1) * 4 / GB * 10) / 10
