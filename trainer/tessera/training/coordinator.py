@@ -521,12 +521,12 @@ class LocalCheckpointer:
     state: ModelState
     reporter: Reporter
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping, init=False)
+    # Writes and commits checkpoints in the background (made at the first one so written).
+    writer: ThreadPoolExecutor | None = field(default=None, init=False)
 
     @property
     def committed_version(self) -> int:
         return self.holder.committed_version
-
-    writer: ThreadPoolExecutor | None = field(default=None, init=False)
 
     def checkpoint(self, position: ChunkPosition, outcomes: list[BucketOutcome]) -> bool:
         self.data.check_unchanged()
@@ -539,8 +539,9 @@ class LocalCheckpointer:
         if snapshot is None:
             self.holder.write_all(metadata)
             save_model(self.store, version, self.state.model, self.state.optimizer, metadata)
-            self._commit(version, position, stats, started)
+            self._commit(version, position, stats)
             self.holder.committed()
+            self._publish(version, position, stats, started)
         else:
             write_model = model_writer(self.state.model, self.state.optimizer, copied=True)
 
@@ -548,7 +549,8 @@ class LocalCheckpointer:
                 for key, partition in snapshot.items():
                     self.holder.loader.write(key, partition, version, metadata)
                 write_model(self.store, version, metadata)
-                self._commit(version, position, stats, started)
+                self._commit(version, position, stats)
+                self._publish(version, position, stats, started)
 
             if self.writer is None:
                 self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-checkpoint")
@@ -562,10 +564,13 @@ class LocalCheckpointer:
         if self.writer is not None:
             self.writer.shutdown()
 
-    def _commit(self, version: int, position: ChunkPosition, stats: list[dict[str, Any]],
-                started: float) -> None:
+    def _commit(self, version: int, position: ChunkPosition,
+                stats: list[dict[str, Any]]) -> None:
         self.store.commit(version, self.config.to_dict(), stats=stats,
                           preserve_as=preserved_as(self.config, self.schedule, position))
+
+    def _publish(self, version: int, position: ChunkPosition, stats: list[dict[str, Any]],
+                 started: float) -> None:
         publish_checkpoint(self.schedule, self.store, version, position, self.reporter,
                            time.monotonic() - started, stats)
 
