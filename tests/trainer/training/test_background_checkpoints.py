@@ -18,7 +18,6 @@ from support.planted import PlantedGraph, write_planted_graph
 from tessera.config import parse_config
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
-from tessera.storage.fs import Directory
 from tessera.storage.lease import CheckpointLease
 from tessera.training import coordinator
 from tessera.training.coordinator import train
@@ -38,12 +37,8 @@ def run_config(graph: PlantedGraph, name: str, **overrides: Any) -> Any:
                                      checkpoint_path=str(graph.root / name), **overrides))
 
 
-def store_of(config: Any) -> CheckpointStore:
-    return CheckpointStore(Directory.from_config(config.checkpoint_path, config))
-
-
 def checkpoint_arrays(config: Any) -> list[np.ndarray]:
-    store = store_of(config)
+    store = CheckpointStore.from_config(config)
     version = store.current_version()
     with h5py.File(Path(config.checkpoint_path) / f"embeddings_node_0.v{version}.h5") as file:
         return [file["embeddings"][...], file["optimizer/state_dict"][...]]
@@ -112,7 +107,7 @@ def test_a_failed_background_write_stops_the_run_at_the_last_committed_version(
     slow_writes_in_the_background(monkeypatch, [], fail_version=2)
     with pytest.raises(OSError, match="No space left"):
         train(config, QUIET)
-    assert store_of(config).current_version() == 1
+    assert CheckpointStore.from_config(config).current_version() == 1
 
     monkeypatch.undo()
     assert train(config, QUIET).checkpoint_version == EPOCHS
@@ -181,7 +176,7 @@ def test_the_device_path_checkpoints_in_the_background(
         config = run_config(graph, name, partition_cache_gb=1.0, background_io=background_io,
                             **on_device)
         assert train(config, QUIET, devices=devices).checkpoint_version == EPOCHS
-        store = store_of(config)
+        store = CheckpointStore.from_config(config)
         tables.append([store.read_embeddings("node", part)[0] for part in range(2)])
     assert {thread for _, _, thread in events} == {f"{WRITER}_0"}
     for expected, found in zip(*tables, strict=True):

@@ -560,9 +560,11 @@ class LocalCheckpointer:
                            self.reporter)
 
     def finish(self) -> None:
-        self.holder.settle()
-        if self.writer is not None:
-            self.writer.shutdown()
+        try:
+            self.holder.settle()
+        finally:  # the writer's thread ends with the run, failed or not
+            if self.writer is not None:
+                self.writer.shutdown()
 
     def _commit(self, version: int, position: ChunkPosition,
                 stats: list[dict[str, Any]]) -> None:
