@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-REDACTED = "[redacted]"
+from tessera.config.redaction import REDACTED, URL_CREDENTIALS, without_url_credentials
 
 # Names under which credentials travel: environment variables, fsspec/boto keyword
 # arguments, HTTP headers, query parameters of presigned URLs.
@@ -26,26 +26,25 @@ _PATTERNS = (
     re.compile(rf"""(?ix)(?P<name>(?<!\.)["']?\b(?:{_SECRET_NAMES})["']?\s*[:=]\s*)
                     (?P<quote>["']?)
                     (?P<value>(?:(?:Bearer|Basic|Token|AWS4-HMAC-SHA256)\s+)?[^\s"',;&}}]+)"""),
-    # user:password@ in URLs.
-    re.compile(r"(?P<name>[a-z][a-z0-9+.-]*://)(?P<quote>)(?P<value>[^/\s:@]+:[^/\s@]+)@",
-               re.IGNORECASE),
     # AWS access key ids have a recognisable shape even without a name in front.
     re.compile(r"(?P<name>)(?P<quote>)(?P<value>\b(?:AKIA|ASIA)[0-9A-Z]{16}\b)"),
 )
 
 
 def redact(text: str) -> str:
-    """`text` with every credential-looking value replaced by `[redacted]`."""
+    """`text` with every credential-looking value replaced by REDACTED, a URL's user
+    information as the trainer replaces it."""
+    text = without_url_credentials(text)
     for pattern in _PATTERNS:
         text = pattern.sub(_replacement, text)
     return text
 
 
 def _replacement(match: re.Match[str]) -> str:
-    suffix = "@" if match.group(0).endswith("@") else ""
-    return f"{match.group('name')}{match.group('quote')}{REDACTED}{suffix}"
+    return f"{match.group('name')}{match.group('quote')}{REDACTED}"
 
 
 def has_credentials_in_url(url: str) -> bool:
-    """Whether a URL carries a user:password part (which would end up in a ConfigMap)."""
-    return bool(_PATTERNS[1].search(url))
+    """Whether a URL carries user information, a password or a token (which would end up in
+    a ConfigMap)."""
+    return bool(URL_CREDENTIALS.search(url))

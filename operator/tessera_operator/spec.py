@@ -426,8 +426,9 @@ def _storage(raw: Any) -> StorageSpec:
             raise ConfigError("spec.storage.endpoint", f"expected an http(s) URL such as "
                               f"http://minio.storage:9000, got {endpoint!r}")
         if has_credentials_in_url(endpoint):
-            raise ConfigError("spec.storage.endpoint", "remove the user:password part; "
-                              "credentials go in the Secret named by spec.storage.secretRef")
+            raise ConfigError("spec.storage.endpoint", "remove the user information "
+                              "(user:password@ or token@); credentials go in the Secret "
+                              "named by spec.storage.secretRef")
     name = None if secret is None else _secret_name(secret, "spec.storage.secretRef")
     return StorageSpec(secret_name=name, endpoint=endpoint)
 

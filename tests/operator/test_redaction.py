@@ -6,19 +6,22 @@ import pytest
 
 from tessera_operator.redaction import REDACTED, has_credentials_in_url, redact
 
+R = REDACTED
 CASES = [
-    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", "AWS_SECRET_ACCESS_KEY=[redacted]"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", f"AWS_SECRET_ACCESS_KEY={R}"),
     ("{'key': 'AKIAIOSFODNN7EXAMPLE', 'secret': 'abc/def'}",
-     "{'key': '[redacted]', 'secret': '[redacted]'}"),
-    ('{"token": "ya29.a0Af", "anon": false}', '{"token": "[redacted]", "anon": false}'),
-    ("password: hunter2, user: ada", "password: [redacted], user: ada"),
-    ("s3://AKIAIOSFODNN7EXAMPLE:wJalr@bucket/path", "s3://[redacted]@bucket/path"),
+     f"{{'key': '{R}', 'secret': '{R}'}}"),
+    ('{"token": "ya29.a0Af", "anon": false}', f'{{"token": "{R}", "anon": false}}'),
+    ("password: hunter2, user: ada", f"password: {R}, user: ada"),
+    ("s3://AKIAIOSFODNN7EXAMPLE:wJalr@bucket/path", f"s3://{R}@bucket/path"),
     ("GET https://b.s3.amazonaws.com/k?X-Amz-Signature=ab12&X-Amz-Expires=60",
-     "GET https://b.s3.amazonaws.com/k?X-Amz-Signature=[redacted]&X-Amz-Expires=60"),
-    ("access denied for AKIAIOSFODNN7EXAMPLE", "access denied for [redacted]"),
-    ("Authorization: Bearer abc.def, next", "Authorization: [redacted], next"),
+     f"GET https://b.s3.amazonaws.com/k?X-Amz-Signature={R}&X-Amz-Expires=60"),
+    ("access denied for AKIAIOSFODNN7EXAMPLE", f"access denied for {R}"),
+    ("Authorization: Bearer abc.def, next", f"Authorization: {R}, next"),
     ("Authorization: AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20250301, Signature=f00",
-     "Authorization: [redacted], Signature=[redacted]"),
+     f"Authorization: {R}, Signature={R}"),
+    ("git clone https://ghp_abc123@github.com/org/repo",
+     f"git clone https://{R}@github.com/org/repo"),
 ]
 
 
@@ -41,6 +44,7 @@ def test_harmless_text_is_unchanged(text: str) -> None:
 
 @pytest.mark.parametrize(("url", "has"), [
     ("s3://bucket/x", False), ("https://u:p@host/x", True), ("s3://AKIA:sec@bucket", True),
-    ("https://host:9000/x", False), ("data/local/path", False)])
+    ("https://host:9000/x", False), ("data/local/path", False),
+    ("https://ghp_token@host/x", True)])
 def test_credentials_in_urls(url: str, has: bool) -> None:
     assert has_credentials_in_url(url) is has
