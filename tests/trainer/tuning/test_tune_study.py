@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import h5py
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -114,3 +116,24 @@ def test_a_trial_left_running_by_a_killed_run_is_failed_and_tried_again(
     assert tune(workspace, "--trials", "1") == 0
     assert [t.state for t in study_of(workspace).trials] == [TrialState.FAIL,
                                                              TrialState.COMPLETE]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_best_config_says_whether_training_it_repeats_the_trial(
+        workspace: Path, workers: int) -> None:
+    assert tune(workspace, "--trials", "1", "-p", f"workers={workers}") == 0
+    best = workspace / "checkpoints" / "tune" / "best.yaml"
+    header = best.read_text().splitlines()[2]
+    if workers > 1:
+        assert "Hogwild's workers race, so each training of this file is a new draw" in header
+        return
+    assert "gives the trial's model again" in header
+    assert main(["train", str(best), "--quiet"]) == 0
+    assert np.array_equal(embeddings(workspace / "checkpoints"),
+                          embeddings(workspace / "checkpoints" / "tune" / "trial_0"))
+
+
+def embeddings(checkpoints: Path) -> np.ndarray:
+    version = (checkpoints / "checkpoint_version.txt").read_text().strip()
+    with h5py.File(checkpoints / f"embeddings_node_0.v{version}.h5") as file:
+        return np.asarray(file["embeddings"][...])

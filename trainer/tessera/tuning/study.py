@@ -25,7 +25,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from ..config import parse_config
+from ..config import ConfigSchema, parse_config
 from ..config.redaction import redacted, without_url_credentials
 from ..errors import ConfigError
 from .space import Dimension, SearchSpace, with_values
@@ -128,13 +128,27 @@ def keep_only_best(study: optuna.Study, tune_dir: Path) -> None:
             shutil.rmtree(trial_dir(tune_dir, trial.number), ignore_errors=True)
 
 
+def _repeatability(config: ConfigSchema) -> str:
+    """Whether training the chosen config gives the trial's model again: one CPU worker
+    computes the same steps for the same seed (with as many threads); Hogwild's workers and
+    a GPU's atomic adds race."""
+    if config.num_gpus == 0 and config.workers == 1:
+        return ("With one worker, training this file on this machine gives the trial's "
+                "model again.")
+    racing = "A GPU's atomic adds" if config.num_gpus else "Hogwild's workers"
+    return (f"{racing} race, so each training of this file is a new draw; the trial's own "
+            "model is its checkpoint (workers: 1 on CPU trains one that repeats).")
+
+
 def write_best_config(setup: TuneSetup, best: FrozenTrial, total: int) -> Path:
     """`tune/best.yaml`: the user's config with the best trial's values, written whole or
     not at all; secrets in storage_options read `<redacted>`, as in a checkpoint's config."""
-    config = redacted(with_values(setup.raw_config, best.params))
+    chosen = with_values(setup.raw_config, best.params)
     header = (f"# Chosen by tessera tune: trial {best.number} of {total}, filtered MRR "
               f"{best.value:.4f} on {setup.judging.valid_path}.\n"
-              f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n")
+              f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n"
+              f"# {_repeatability(parse_config(chosen))}\n")
+    config = redacted(chosen)
     path = setup.tune_dir / BEST_CONFIG
     partial = path.with_name(f".{BEST_CONFIG}.tmp")
     text = without_url_credentials(header) + yaml.safe_dump(config, sort_keys=False)
