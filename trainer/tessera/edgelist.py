@@ -70,9 +70,16 @@ class EntityList:
     def cat(parts: list[EntityList]) -> EntityList:
         if not parts[0].is_featurized:
             return EntityList(ids=torch.cat([p.ids for p in parts]))
-        shifts = torch.tensor([0] + [len(p.data) for p in parts[:-1]]).cumsum(0)  # type: ignore
-        offsets = [parts[0].offsets[:1]] + [p.offsets[1:] + s for p, s in zip(parts, shifts)]  # type: ignore
-        return EntityList.from_features(torch.cat(offsets), torch.cat([p.data for p in parts]))  # type: ignore
+        features = [p.features() for p in parts]
+        shifts = torch.tensor([0] + [len(data) for _, data in features[:-1]]).cumsum(0)
+        offsets = [features[0][0][:1]] + [o[1:] + s for (o, _), s in zip(features, shifts)]
+        return EntityList.from_features(torch.cat(offsets),
+                                         torch.cat([data for _, data in features]))
+
+    def features(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(offsets, data) of a featurized side."""
+        assert self.offsets is not None and self.data is not None, "not a featurized side"
+        return self.offsets, self.data
 
 
 @dataclass(frozen=True)

@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import os
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
+_kernels: Any  # the C extension, untyped
 try:
-    from . import _kernels
+    _kernels = importlib.import_module("._kernels", __package__)
 except ImportError:  # built without a C compiler
     _kernels = None
 
@@ -63,7 +66,7 @@ def _torch_blas() -> tuple[int, int] | None:
     return None
 
 
-def _address(function: object) -> int:
+def _address(function: Any) -> int:
     return ctypes.cast(function, ctypes.c_void_p).value or 0
 
 

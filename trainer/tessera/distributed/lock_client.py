@@ -56,7 +56,7 @@ class LockClient:
         self._call("release", self.trainer, keys, written)
 
     def written_keys(self) -> set[PartitionKey]:
-        return {tuple(key) for key in self._call("written_keys")}  # type: ignore[misc]
+        return {tuple(key) for key in self._call("written_keys")}
 
     def arrive(self, position: ChunkPosition) -> None:
         self._call("arrive", self.trainer, position)

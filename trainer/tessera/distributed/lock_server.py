@@ -235,7 +235,10 @@ def run_lock_server(config: ConfigSchema, settings: DistributedSettings,
         service = LockService(config=config, data=data, schedule=schedule,
                               committed_version=version, start=start, layout=layout,
                               reporter=reporter, liveness=liveness)
-        with lease.renewing(on_lost=lambda message: liveness.fail(message, EXIT_TRANSIENT)):
+        def lease_lost(message: str) -> None:
+            liveness.fail(message, EXIT_TRANSIENT)
+
+        with lease.renewing(on_lost=lease_lost):
             _serve_job(service, layout, settings, reporter)
 
 

@@ -196,14 +196,15 @@ def _rank_filtered(result: Any, batch: EdgeList, known: KnownEdges,
 
 
 def _global_edges(data: GraphData, edge_path_idx: int,
-                  featurized: dict[str, EntityFeatures]) -> tuple[np.ndarray, ...]:
+                  featurized: dict[str, EntityFeatures]
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(lhs, rel, rhs) of an edge set with entity ids made global (partition offsets added);
     a featurized side's ids are its entities' indices (featurized types are unpartitioned)."""
     offsets = {entity: np.concatenate([[0], np.cumsum(counts)[:-1]])
                for entity, counts in data.entity_counts.items()}
     lhs_types = np.array(data.relation_types("lhs"))
     rhs_types = np.array(data.relation_types("rhs"))
-    parts: list[tuple[np.ndarray, ...]] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for bucket in data.bucket_grid():
         edges = data.read_edges(edge_path_idx, bucket)
         lhs, rhs = (featurized_side_ids(data, edge_path_idx, bucket, side, entity_list, featurized)
@@ -214,8 +215,10 @@ def _global_edges(data: GraphData, edge_path_idx: int,
         rhs = rhs + _offset_of(offsets, rhs_types, rel, bucket.rhs, data)
         parts.append((lhs, rel, rhs))
     if not parts:
-        return (np.zeros(0, np.int64),) * 3
-    return tuple(np.concatenate(column) for column in zip(*parts))
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    lhs, rel, rhs = (np.concatenate(column) for column in zip(*parts))
+    return lhs, rel, rhs
 
 
 def _offset_of(offsets: dict[str, np.ndarray], types: np.ndarray, rel: np.ndarray, part: int,

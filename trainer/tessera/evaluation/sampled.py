@@ -35,14 +35,14 @@ def rank_against_sampled(  # noqa: PLR0913 (the protocol's settings, keyword-onl
     it is ranked (a live line's progress)."""
     metrics = RankingMetrics()
     generator = torch.Generator().manual_seed(seed)
-    on_device = device is not None and device.type != "cpu"
+    accelerator = device if device is not None and device.type != "cpu" else None
     # Negatives are drawn where the batch is; on the CPU from the one generator.
-    draws = torch.Generator(device).manual_seed(seed) if on_device else generator
+    draws = torch.Generator(accelerator).manual_seed(seed) if accelerator else generator
     with torch.no_grad():
         for batch in iter_batches(edges, batch_size, dynamic_relations, generator):
             relation = 0 if dynamic_relations else int(batch.rel[0])
             lhs, rhs = tables_of(relation)
-            result = model(batch.to(device) if on_device else batch, lhs, rhs,
+            result = model(batch.to(accelerator) if accelerator else batch, lhs, rhs,
                            num_batch_negs=num_batch_negs, num_uniform_negs=num_uniform_negs,
                            generator=draws, mask_same_entity=True,
                            degree=None if degree_of is None else degree_of(relation))

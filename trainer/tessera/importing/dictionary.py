@@ -28,7 +28,7 @@ class _GrowingArray:
     """A NumPy array appended to in amortised constant time (capacity doubles)."""
 
     def __init__(self, dtype: type, spare: int = 0) -> None:
-        self._values = np.zeros(16 + spare, dtype=dtype)
+        self._values: np.ndarray = np.zeros(16 + spare, dtype=dtype)
         self._spare = spare  # zeroed slack kept past the end (the word padding of name bytes)
         self.size = 0
 

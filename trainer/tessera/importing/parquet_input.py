@@ -3,7 +3,7 @@ names."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import pyarrow as pa
@@ -35,8 +35,13 @@ def parquet_blocks(url: str, file: IO[bytes], columns: Columns,
                   for position, index in enumerate(columns.needed)}
         yield EdgeBlock.of_columns(chosen, columns, first_row,
                                    (first_row + batch.num_rows) / total_rows,
-                                   lambda row, start=first_row: f"row {start + row + 1}")
+                                   _row_location(first_row))
         first_row += batch.num_rows
+
+
+def _row_location(start: int) -> Callable[[int], str]:
+    """Where row `row` of a batch whose first row is the file's row `start` (0-based) is."""
+    return lambda row: f"row {start + row + 1}"
 
 
 def _as_names(url: str, column: pa.Array, first_row: int, name: str) -> pa.Array:

@@ -10,7 +10,7 @@ the same number of columns as the first; empty lines are ignored.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -34,6 +34,10 @@ class LineChunk:
     data: bytes
     first_line: int
     end_offset: int  # bytes of the file consumed up to the end of this chunk
+
+    def locator(self, start: int) -> Callable[[int], str]:
+        """`location` of the rows of a block whose row 0 is this chunk's row `start`."""
+        return lambda row: self.location(start + row)
 
     def location(self, row: int) -> str:
         """The line of non-empty row `row` (0-based) of this chunk, as the parser counts rows."""
@@ -66,8 +70,8 @@ class DelimitedText:
     def __init__(self, url: str, delimiter: str, *, quoted: bool, columns: Columns) -> None:
         self.url = url
         self.columns = columns
-        self.parse_options = dict(delimiter=delimiter, quote_char='"' if quoted else False,
-                                  newlines_in_values=False, ignore_empty_lines=True)
+        self.delimiter = delimiter
+        self.quoted = quoted
         self.column_names: list[str] = []  # f0, f1... as many as the first line has
 
     def blocks(self, file: IO[bytes], size: int | None, block_edges: int,
@@ -84,9 +88,8 @@ class DelimitedText:
             for start in range(0, table.num_rows, block_edges):
                 piece = {index: column.slice(start, block_edges)
                          for index, column in chosen.items()}
-                yield EdgeBlock.of_columns(
-                    piece, self.columns, first_row + start, fraction,
-                    lambda row, chunk=chunk, start=start: chunk.location(start + row))
+                yield EdgeBlock.of_columns(piece, self.columns, first_row + start, fraction,
+                                           chunk.locator(start))
             first_row += table.num_rows
 
     def _parse(self, chunk: LineChunk, header: list[bytes]) -> pa.Table:
@@ -112,8 +115,7 @@ class DelimitedText:
                 read_options=pa_csv.ReadOptions(column_names=self.column_names,
                                                 use_threads=False,
                                                 block_size=len(chunk.data) + 1),
-                parse_options=pa_csv.ParseOptions(**self.parse_options,
-                                                  invalid_row_handler=on_invalid_row),
+                parse_options=self._parse_options(on_invalid_row),
                 convert_options=pa_csv.ConvertOptions(
                     include_columns=needed, column_types=dict.fromkeys(needed,
                                                                        pa.large_string())))
@@ -122,20 +124,27 @@ class DelimitedText:
                 raise self._bad_row_error(chunk, invalid_rows[0]) from None
             raise FormatError(self.url, f"{chunk.span()}: cannot parse ({error})") from None
 
+    def _parse_options(self, on_invalid_row: Callable[[Any], str] | None = None
+                       ) -> pa_csv.ParseOptions:
+        return pa_csv.ParseOptions(delimiter=self.delimiter,
+                                   quote_char='"' if self.quoted else False,
+                                   newlines_in_values=False, ignore_empty_lines=True,
+                                   invalid_row_handler=on_invalid_row)
+
     def _header(self, skipped: list[bytes]) -> list[str]:
         """The column names: the fields of the last line skipped, as written."""
         if not skipped:
             raise FormatError(self.url, f"columns are given by name ({self.columns.roles()}), "
                                         "but no header line names them: pass --header")
-        quoting = csv.QUOTE_MINIMAL if self.parse_options["quote_char"] else csv.QUOTE_NONE
         line = skipped[-1].decode("utf-8", errors="replace")
-        return next(csv.reader([line], delimiter=self.parse_options["delimiter"],
-                               quoting=quoting), [])
+        if self.quoted:
+            return next(csv.reader([line], delimiter=self.delimiter), [])
+        return next(csv.reader([line], delimiter=self.delimiter, quoting=csv.QUOTE_NONE), [])
 
     def _first_line_columns(self, first_line: bytes, chunk: LineChunk) -> list[str]:
         table = pa_csv.read_csv(pa.BufferReader(first_line + b"\n"),
                                 read_options=pa_csv.ReadOptions(autogenerate_column_names=True),
-                                parse_options=pa_csv.ParseOptions(**self.parse_options))
+                                parse_options=self._parse_options())
         self._check_enough_columns(table.num_columns, chunk.location(0))
         return [f"f{index}" for index in range(table.num_columns)]
 

@@ -166,8 +166,9 @@ class BucketWriter:
         for side, checked in features.items():
             if checked is not None:
                 self._append_features(side, *checked)
-            if entities[side] is not None:
-                self._append_entities(side, entities[side])
+            side_entities = entities[side]
+            if side_entities is not None:
+                self._append_entities(side, side_entities)
         self._datasets["rel"].append(rel)
         self._datasets["lhs"].append(lhs)
         self._datasets["rhs"].append(rhs)

@@ -24,7 +24,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar, cast
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -217,7 +217,8 @@ class Directory:
         file = self._call(url, lambda: self.fs.open(self.path(name), "rb",
                                                      block_size=REMOTE_BLOCK_SIZE))
         try:
-            yield CountingReader(file, url, _call_once if self.is_local else self._call)
+            reader = CountingReader(file, url, _call_once if self.is_local else self._call)
+            yield cast(IO[bytes], reader)  # it has what readers of a binary file call
         finally:
             file.close()
 

@@ -131,7 +131,7 @@ def train_compiled(state: ModelState, task: WorkerTask, generator: torch.Generat
             kernels.RankingSide(edges.rhs.ids[start:start + block].contiguous(),
                                 rhs_negatives, rhs_table, rhs_shifts),
             states, batch_size=settings.batch_size, chunk_size=settings.num_batch_negs,
-            uniform=sampled, margin=state.model.loss_fn.margin,
+            uniform=sampled, margin=config.margin,
             weight=config.relations[0].weight, lr=settings.lr,
             shift_lr=optimizer.lr if optimizer is not None else 0.0, eps=EPSILON,
             buffers=buffers)

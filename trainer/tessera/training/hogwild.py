@@ -119,7 +119,7 @@ class HogwildPool:
 
     def __init__(self, num_workers: int, function: Callable[[Any, Any], Any], shared: Any,
                  method: str | None = None) -> None:
-        context = mp.get_context(method or start_method())
+        context: Any = mp.get_context(method or start_method())  # stubs: no Process
         self.results: Any = context.Queue()
         self.task_queues = [context.SimpleQueue() for _ in range(num_workers)]
         self.processes = [

@@ -162,10 +162,13 @@ class DenseAdagrad:
                     kernels.dense_adagrad(param, param.grad.contiguous(), row_sum, steps,
                                           self.lr, EPSILON)
             return
-        live = [i for i, param in enumerate(self.params) if param.grad is not None]
+        live, grads = [], []
+        for i, param in enumerate(self.params):
+            if param.grad is not None:
+                live.append(i)
+                grads.append(param.grad)
         if not live:
             return
-        grads = [self.params[i].grad for i in live]
         sums = [self.sums[i] for i in live]
         torch._foreach_add_([self.steps[i] for i in live], 1)
         torch._foreach_addcmul_(sums, grads, grads)

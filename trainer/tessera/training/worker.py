@@ -118,8 +118,8 @@ def train_part(state: ModelState, task: WorkerTask) -> WorkerStats:
             by_table[id(rows.table)].step(rows.rows, rows.grads)
         if state.optimizer is not None:
             state.optimizer.step()
-        loss_sum += gradients.loss
-        regularization += gradients.regularization
+        loss_sum += float(gradients.loss)  # on the CPU already a float
+        regularization += float(gradients.regularization)
         count_trained(task.trained, len(batch))
     return WorkerStats(loss=loss_sum, regularization=regularization, count=len(task.edges),
                        seconds=time.monotonic() - started)
