@@ -420,7 +420,8 @@ def _add_tune(commands: Any) -> None:
         "tune", help="search lr, dimension, N3, negatives and epochs for the best validation MRR",
         description="Train trials of CONFIG with values drawn from a search space (Optuna), "
         "judge each by the filtered MRR of the --valid edge set (never the test split), stop "
-        "bad ones early from the held-out MRR of eval_fraction, and write the best config to "
+        "bad ones early from that MRR every --valid-every epochs or the held-out MRR of "
+        "eval_fraction, and write the best config to "
         "checkpoint_path/tune/best.yaml. The study is kept there: the same command again "
         "continues it.")
     _common(parser)
@@ -441,6 +442,9 @@ def _add_tune(commands: Any) -> None:
                         help="trials that run to the end before any is pruned (5)")
     parser.add_argument("--warmup-epochs", type=int, default=5, metavar="N",
                         help="epochs a trial trains before it may be pruned (5)")
+    parser.add_argument("--valid-every", type=int, default=0, metavar="N",
+                        help="rank --valid every N epochs of a trial and prune by that MRR "
+                        "(default 0: prune by eval_fraction's held-out MRR, if any)")
     parser.set_defaults(run=_run_tune)
 
 
@@ -449,7 +453,7 @@ def _run_tune(args: argparse.Namespace, reporter: Reporter) -> int:
 
     result = tune(args.config, args.param, TuneOptions(
         args.valid, tuple(args.filter_paths), args.space, args.trials, args.timeout,
-        args.startup_trials, args.warmup_epochs), reporter)
+        args.startup_trials, args.warmup_epochs, args.valid_every), reporter)
     if result.best_config is not None:
         print_result(f"best config: {result.best_config} (trial {result.best_trial}, "
                      f"filtered valid MRR {result.valid_mrr:.4f})\n"

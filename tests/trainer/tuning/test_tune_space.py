@@ -68,6 +68,7 @@ def test_a_bad_space_is_one_line_naming_the_field(
     (["--filter-paths", "{root}/nowhere"], "--filter-paths: {root}/nowhere"),
     (["--trials", "0"], "--trials: must be at least 1"),
     (["--timeout", "0"], "--timeout: must be above 0 seconds"),
+    (["--valid-every", "-1"], "--valid-every: must be 0 or more, got -1"),
     (["--space", "{root}/no-space.yaml"], "no-space.yaml: space file not found"),
 ])
 def test_bad_options_are_one_line_naming_the_flag(

@@ -16,6 +16,9 @@ from optuna.trial import TrialState
 from support.planted import write_planted_graph
 
 from tessera.cli import main
+from tessera.config import parse_config
+from tessera.progress import Reporter
+from tessera.tuning.trial import Judging, validation_metrics
 
 # The planted graph's `test` edge set plays the validation split here; the config names a
 # test split that does not exist, so that reading it would fail.
@@ -137,3 +140,27 @@ def embeddings(checkpoints: Path) -> np.ndarray:
     version = (checkpoints / "checkpoint_version.txt").read_text().strip()
     with h5py.File(checkpoints / f"embeddings_node_0.v{version}.h5") as file:
         return np.asarray(file["embeddings"][...])
+
+
+def test_valid_every_prunes_by_the_filtered_validation_mrr(workspace: Path) -> None:
+    write_space(workspace, {"lr": {"low": 0.3, "high": 0.3}}, "good.yaml")
+    write_space(workspace, {"lr": {"low": 0.0, "high": 0.0}}, "hopeless.yaml")
+    every_epoch = ["-p", "eval_fraction=0", "-p", "checkpoint_preservation_interval=1",
+                   "--valid-every", "1"]
+    assert tune(workspace, "--trials", "1", *every_epoch, space="good.yaml") == 0
+    assert tune(workspace, "--trials", "2", "--startup-trials", "1", "--warmup-epochs", "0",
+                *every_epoch, space="hopeless.yaml") == 0
+    good, hopeless = study_of(workspace).trials
+    # Epochs 1 and 2 reported (the third is the score), each the MRR of its checkpoint.
+    assert sorted(good.intermediate_values) == [1, 2]
+    trial_0 = workspace / "checkpoints" / "tune" / "trial_0"
+    config = yaml.safe_load((workspace / "checkpoints" / "tune" / "best.yaml").read_text())
+    for epoch, reported in good.intermediate_values.items():
+        checkpoint = parse_config({**config, "checkpoint_path": str(trial_0 / f"epoch_{epoch}")})
+        metrics = validation_metrics(checkpoint, Judging(str(workspace / "test"), ()),
+                                     Reporter("quiet"))
+        assert reported == pytest.approx(metrics["mrr"])
+    assert good.intermediate_values[2] > 0.2  # far above random, not a held-out sample's MRR
+    assert hopeless.state == TrialState.PRUNED
+    assert hopeless.user_attrs["reported"] == "valid_mrr"
+    assert hopeless.intermediate_values[1] < good.intermediate_values[1]

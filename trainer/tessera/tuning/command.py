@@ -35,7 +35,7 @@ from .study import (
     open_study,
     write_best_config,
 )
-from .trial import Judging
+from .trial import HELD_OUT_MRR, REPORTED, Judging
 
 TUNE_FOLDER = "tune"
 TUNE_TASK = "tune"
@@ -52,6 +52,7 @@ class TuneOptions:
     timeout: float | None = None  # seconds after which no trial starts
     startup_trials: int = 5  # trials that run to the end before the pruner judges any
     warmup_epochs: int = 5  # epochs a trial trains before the pruner judges it
+    valid_every: int = 0  # epochs between the validation MRRs the pruner judges by; 0: none
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def check_judging(config: ConfigSchema, options: TuneOptions) -> Judging:
                 check_has_edges(GraphData(dataclasses.replace(config, edge_paths=[path])))
             except BadInputError as error:
                 raise ConfigError(flag, str(error)) from None
-    return Judging(options.valid_path, tuple(options.filter_paths))
+    return Judging(options.valid_path, tuple(options.filter_paths), options.valid_every)
 
 
 def check_budget(options: TuneOptions) -> None:
@@ -114,7 +115,8 @@ def check_budget(options: TuneOptions) -> None:
     if options.timeout is not None and options.timeout <= 0:
         raise ConfigError("--timeout", f"must be above 0 seconds, got {options.timeout}")
     for flag, value in (("--startup-trials", options.startup_trials),
-                        ("--warmup-epochs", options.warmup_epochs)):
+                        ("--warmup-epochs", options.warmup_epochs),
+                        ("--valid-every", options.valid_every)):
         if value < 0:
             raise ConfigError(flag, f"must be 0 or more, got {value}")
 
@@ -135,9 +137,9 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
     check_space_continues(study, space, tune_dir)
     setup = TuneSetup(raw_config, space, judging, tune_dir)
     remaining = options.trials - finished_trials(study)
-    if config.eval_fraction == 0:
-        reporter.event("pruning off: eval_fraction is 0, so training reports no held-out "
-                       "MRR to judge a trial by before it ends")
+    if config.eval_fraction == 0 and not options.valid_every:
+        reporter.event("pruning off: eval_fraction is 0 and no --valid-every, so no trial "
+                       "reports an MRR to be judged by before it ends")
     if remaining <= 0:
         reporter.event("the study already has its trials; raise --trials to add more",
                        trials=finished_trials(study), study=str(tune_dir))
@@ -186,9 +188,11 @@ class TuneProgress:
         fields: dict[str, Any] = {"trial": trial.number, "state": trial.state.name.lower()}
         if trial.state == TrialState.COMPLETE:
             fields["valid_mrr"] = rounded_value(trial)
-        elif trial.intermediate_values:  # pruned: judged by the held-out MRR of an epoch
+        elif trial.intermediate_values:  # pruned: judged by an MRR of an epoch
             epoch = max(trial.intermediate_values)
-            fields.update(epoch=epoch, held_out_mrr=round(trial.intermediate_values[epoch], 4))
+            figure = trial.user_attrs.get(REPORTED, HELD_OUT_MRR)
+            fields.update({"epoch": epoch,
+                           figure: round(trial.intermediate_values[epoch], 4)})
         if trial.user_attrs.get("diverged"):
             fields["diverged"] = True
         fields.update(trial.params)

@@ -3,10 +3,11 @@ filtered MRR of the validation edge set.
 
 Training runs in this process, reporting to a quiet `Reporter` whose listener sees each
 bucket's progress record (loss, held-out MRR when `eval_fraction` > 0) and each committed
-checkpoint. At the end of an epoch the listener reports the epoch's mean held-out MRR to the
-Optuna trial, and raises `TrialPruned` there, as Ctrl-C raises KeyboardInterrupt, when the
-pruner gives up on it: training stops as it stops for any error, its workers ended and its
-lease released.
+checkpoint. At the end of an epoch the listener reports a figure to the Optuna trial: every
+`Judging.every` epochs the filtered validation MRR of the checkpoint just committed, else the
+epoch's mean held-out MRR. It raises `TrialPruned` there, as Ctrl-C raises KeyboardInterrupt,
+when the pruner gives up on the trial: training stops as it stops for any error, its workers
+ended and its lease released.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from ..log_records import (
 from ..progress import Reporter
 from ..training.coordinator import train
 
+# What a trial reports to the pruner (its user attribute REPORTED says which).
+VALID_MRR = "valid_mrr"
+HELD_OUT_MRR = "held_out_mrr"
+REPORTED = "reported"
+
 # The validation MRR given to a trial whose loss stopped being a number: its scores are NaN,
 # and a NaN score outranks nothing, which would read as a perfect MRR.
 DIVERGED_MRR = 0.0
@@ -48,6 +54,9 @@ class Judging:
 
     valid_path: str
     filter_paths: tuple[str, ...]  # other known true edges, besides training's and valid's
+    # Epochs between the filtered validation MRRs a trial reports to the pruner; 0: none (the
+    # pruner has the held-out MRR of eval_fraction, if any).
+    every: int = 0
 
 
 class Diverged(Exception):  # noqa: N818 - named as what happened to the trial
@@ -55,14 +64,18 @@ class Diverged(Exception):  # noqa: N818 - named as what happened to the trial
 
 
 class EpochReports:
-    """A listener of a trial's training: forwards its progress, and reports each epoch's
-    mean held-out MRR to the Optuna trial, stopping the trial where the pruner says."""
+    """A listener of a trial's training: forwards its progress, and reports an MRR to the
+    Optuna trial at the end of epochs (`judge`'s every `every` epochs, else the held-out
+    one), stopping the trial where the pruner says."""
 
     def __init__(self, trial: optuna.Trial, num_epochs: int,
-                 on_progress: Callable[[dict[str, Any]], None]) -> None:
+                 on_progress: Callable[[dict[str, Any]], None],
+                 judge: Callable[[], float] | None = None, every: int = 0) -> None:
         self.trial = trial
         self.num_epochs = max(num_epochs, 1)
         self.on_progress = on_progress
+        self.judge = judge  # the newest checkpoint's filtered validation MRR
+        self.every = every
         self.mrrs: dict[int, float] = {}  # held-out MRR by buckets_done, this epoch
         # Buckets done by the last epoch reported: a record repeats the last bucket's fields
         # until the next bucket ends (the live line moves during a bucket too).
@@ -73,8 +86,8 @@ class EpochReports:
         if record.get(PROGRESS) == TRAIN_TASK:
             self.on_progress(record)
             buckets = record.get(BUCKETS_DONE)
-            if is_number(record.get(MRR)) and isinstance(buckets, int) \
-                    and buckets > self.reported_through:
+            if self.judge is None and is_number(record.get(MRR)) \
+                    and isinstance(buckets, int) and buckets > self.reported_through:
                 self.mrrs[buckets] = record[MRR]
             loss = record.get(LOSS)
             if isinstance(loss, float) and not math.isfinite(loss):
@@ -87,21 +100,34 @@ class EpochReports:
             raise Diverged
         per_epoch = max(int(record[CHUNKS_TOTAL]) // self.num_epochs, 1)
         done = int(record[CHUNKS_DONE])
-        if done % per_epoch or not self.mrrs:
-            return  # not the end of an epoch, or no held-out edges (eval_fraction: 0)
-        self.trial.report(sum(self.mrrs.values()) / len(self.mrrs), step=done // per_epoch)
-        self.reported_through = max(self.mrrs)
-        self.mrrs = {}
+        if done % per_epoch:
+            return  # not the end of an epoch
+        epoch = done // per_epoch
+        if self.judge is not None:
+            if epoch % self.every == 0 and epoch < self.num_epochs:  # the last: the score
+                self._report(self.judge(), epoch, VALID_MRR)
+        elif self.mrrs:  # held-out edges (eval_fraction > 0)
+            mean = sum(self.mrrs.values()) / len(self.mrrs)
+            self.reported_through = max(self.mrrs)
+            self.mrrs = {}
+            self._report(mean, epoch, HELD_OUT_MRR)
+
+    def _report(self, value: float, epoch: int, figure: str) -> None:
+        self.trial.set_user_attr(REPORTED, figure)
+        self.trial.report(value, step=epoch)
         if self.trial.should_prune():
-            raise optuna.TrialPruned(f"epoch {done // per_epoch}: held-out MRR below the "
-                                     "other trials'")
+            raise optuna.TrialPruned(f"epoch {epoch}: {figure} below the other trials'")
 
 
 def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
               on_progress: Callable[[dict[str, Any]], None]) -> float:
     """Train `config` (its checkpoint_path the trial's folder) and return the filtered MRR
     of the validation edges; raises TrialPruned if the pruner stops it."""
-    reports = EpochReports(trial, config.num_epochs, on_progress)
+    def judge() -> float:
+        return float(validation_metrics(config, judging, Reporter("quiet"))[MRR])
+
+    reports = EpochReports(trial, config.num_epochs, on_progress,
+                           judge if judging.every else None, judging.every)
     reporter = Reporter("quiet")
     reporter.listeners.append(reports)
     try:
@@ -116,7 +142,7 @@ def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
     metrics = validation_metrics(config, judging, reporter)
     trial.set_user_attr("valid_metrics", {key: value for key, value in metrics.items()
                                           if is_number(value)})
-    return float(metrics["mrr"])
+    return float(metrics[MRR])
 
 
 def validation_metrics(config: ConfigSchema, judging: Judging,
