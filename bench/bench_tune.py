@@ -15,6 +15,8 @@ runs of one config differ by about 0.01 on these small graphs).
     python bench/bench_tune.py --config reciprocal --data nations=/tmp/kgdata/nations
     python bench/bench_tune.py --datasets nations --studies 5 --data nations=/tmp/kgdata/nations
     python bench/bench_tune.py --datasets nations --studies 5 -p workers=1 --data nations=DIR
+    python bench/bench_tune.py --datasets nations --studies 5 -p workers=1 --valid-every 10 \
+        --data nations=DIR
     python bench/bench_tune.py --datasets umls --space my_space.yaml -p eval_fraction=0.05
 
 Data as bench_quality.py finds it (UMLS bundled, Nations from --data or the ConvE repository).
@@ -74,6 +76,8 @@ def run_tune(folder: Path, config: Path, args: argparse.Namespace, study: int) -
         command += ["-p", override]
     if args.space:
         command += ["--space", args.space]
+    if args.valid_every:
+        command += ["--valid-every", str(args.valid_every)]
     started = time.monotonic()
     run(command, folder / "tune.log")
     return time.monotonic() - started
@@ -116,6 +120,8 @@ def one_study(dataset: str, files: dict[str, Path], args: argparse.Namespace,
     result = {
         "dataset": dataset, "regime": args.config, "study": study, "trials": len(events),
         "pruned": sum(e["state"] == "pruned" for e in events), "tune_seconds": seconds,
+        "epochs_trained": sum(e["epoch"] if e["state"] == "pruned" else e["num_epochs"]
+                              for e in events),
         "best_trial": best["trial"], "valid_mrr": best["valid_mrr"],
         "chosen": {key: chosen[key] for key in best if key in chosen},
         "test_mrr_trial": from_trial["mrr"], "test_hits10_trial": from_trial["hits@10"],
@@ -143,16 +149,22 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
+def spread_of_counts(values: list[int]) -> str:
+    return f"{statistics.median(values):.0f} ({min(values)}-{max(values)})"
+
+
 def print_table(results: list[dict[str, Any]]) -> None:
-    print("\n| dataset | study | trials (pruned) | tune wall time | best trial: chosen values | "
+    print("\n| dataset | study | trials (pruned) | epochs trained | tune wall time | "
+          "best trial: chosen values | "
           "valid MRR | test MRR, best trial | best.yaml as written | "
           "best.yaml, seeds 0-N: median (range) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         chosen = ", ".join(f"{key} {value:.3g}" if isinstance(value, float) else
                            f"{key} {value}" for key, value in r["chosen"].items())
         print(f"| {r['dataset']} | {r['study']} | {r['trials']} ({r['pruned']}) | "
-              f"{r['tune_seconds'] / 60:.1f} min | {r['best_trial']}: {chosen} | "
+              f"{r['epochs_trained']} | {r['tune_seconds'] / 60:.1f} min | "
+              f"{r['best_trial']}: {chosen} | "
               f"{r['valid_mrr']:.3f} | {r['test_mrr_trial']:.3f} "
               f"(Hits@10 {r['test_hits10_trial']:.3f}) | {r['test_mrr_as_written']:.3f} | "
               f"{spread(r['test_mrr_retrained'])} "
@@ -161,13 +173,15 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 def print_medians(results: list[dict[str, Any]]) -> None:
     """Each dataset's medians over its studies: what one tune run may be expected to give."""
-    print("\n| dataset | studies | tune wall time | test MRR, best trial | "
+    print("\n| dataset | studies | epochs trained | tune wall time | test MRR, best trial | "
           "best.yaml as written | best.yaml, seeds 0-N (median of each study's median) |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for dataset in dict.fromkeys(r["dataset"] for r in results):
         mine = [r for r in results if r["dataset"] == dataset]
         minutes = [r["tune_seconds"] / 60 for r in mine]
-        print(f"| {dataset} | {len(mine)} | {statistics.median(minutes):.1f} "
+        epochs = [r["epochs_trained"] for r in mine]
+        print(f"| {dataset} | {len(mine)} | {spread_of_counts(epochs)} | "
+              f"{statistics.median(minutes):.1f} "
               f"({min(minutes):.1f}-{max(minutes):.1f}) min | "
               f"{spread([r['test_mrr_trial'] for r in mine])} | "
               f"{spread([r['test_mrr_as_written'] for r in mine])} | "
@@ -181,6 +195,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", default="config", metavar="NAME",
                         help="the regime: examples/{dataset}/NAME.yaml (default: config)")
     parser.add_argument("--space", help="a search-space file (default: the built-in space)")
+    parser.add_argument("--valid-every", type=int, default=0, metavar="N",
+                        help="tessera tune --valid-every N: prune by the validation MRR")
     parser.add_argument("--studies", type=int, default=1,
                         help="tunes of each dataset, seeded 0 to N-1 (the sampler and trials)")
     parser.add_argument("--seeds", type=int, default=3,
@@ -198,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     results = [one_study(dataset, dataset_files(dataset, given), args, study)
                for dataset in args.datasets for study in range(args.studies)]
     print(f"\n`tessera tune` of examples/{{dataset}}/{args.config}.yaml, {args.trials} trials, "
-          f"space: {args.space or 'built-in'}, overrides: {args.overrides or 'none'}; valid MRR "
+          f"space: {args.space or 'built-in'}, overrides: {args.overrides or 'none'}, "
+          f"--valid-every {args.valid_every or 'off'}; valid MRR "
           f"filtered by train+valid, test MRR by train+valid+test; best.yaml retrained with "
           f"seeds 0-{args.seeds - 1}.")
     print_table(results)
