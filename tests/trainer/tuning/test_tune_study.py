@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import optuna
 import pytest
@@ -18,6 +17,8 @@ from support.planted import write_planted_graph
 from tessera.cli import main
 from tessera.config import parse_config
 from tessera.progress import Reporter
+from tessera.storage.checkpoint import CheckpointStore
+from tessera.storage.fs import Directory
 from tessera.tuning.trial import Judging, validation_metrics
 
 # The planted graph's `test` edge set plays the validation split here; the config names a
@@ -137,9 +138,7 @@ def test_best_config_says_whether_training_it_repeats_the_trial(
 
 
 def embeddings(checkpoints: Path) -> np.ndarray:
-    version = (checkpoints / "checkpoint_version.txt").read_text().strip()
-    with h5py.File(checkpoints / f"embeddings_node_0.v{version}.h5") as file:
-        return np.asarray(file["embeddings"][...])
+    return CheckpointStore(Directory(str(checkpoints))).read_embeddings("node", 0)[0]
 
 
 def test_valid_every_prunes_by_the_filtered_validation_mrr(workspace: Path) -> None:
