@@ -5,11 +5,12 @@ a checkpoint trained on them) and runs one `tessera` command in-process while th
 system refuses it the path it writes: a full disk (ENOSPC), a read-only file system (EROFS) or
 a refused permission (EACCES), injected by patching `os.open`, `os.mkdir` and `open` to fail
 when a file under that path is created (the tests run as root, whom chmod stops not, and no
-test may fill a disk); or, for real, a symlink loop (ELOOP) or a file in the middle of the
-path (ENOTDIR). The contract: exit 75 for a full disk (space may be freed), 65 for the rest;
-one line on stderr naming the path; no traceback; nothing that was there before changed or
-deleted; a checkpoint whose next version failed to be written still evaluates; and an
-evaluation whose output cannot be written does not run at all.
+test may fill a disk); or, for real, a symlink loop (ELOOP), a file in the middle of the
+path (ENOTDIR) or a file where the folder itself should be (EEXIST). The contract: exit 75
+for a full disk (space may be freed), 65 for the rest; one line on stderr naming the path;
+no traceback; nothing that was there before changed or deleted; a checkpoint whose next
+version failed to be written still evaluates; and an evaluation whose output cannot be
+written does not run at all.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Kind:
     errno: int
     exit_code: int
     real: str | None = None  # real errors: the place's path goes under this one
+    file_in_place: bool = False  # real: a file is where the place's folder should be
 
 
 PLACES = {
@@ -84,13 +86,14 @@ KINDS = {
     "EACCES": Kind(errno.EACCES, EXIT_BAD_INPUT),
     "ELOOP": Kind(errno.ELOOP, EXIT_BAD_INPUT, real="loop"),
     "ENOTDIR": Kind(errno.ENOTDIR, EXIT_BAD_INPUT, real="train.tsv"),
+    "EEXIST": Kind(errno.EEXIST, EXIT_BAD_INPUT, file_in_place=True),
 }
 # A real error stops a command at the first use of the path: one row per command is enough.
 SAME_FOR_REAL = {"train, at the next version's model file",
                  "train, at the next version's embeddings"}
 ROWS = {f"{kind_name} at {place_name}": (place, kind)
         for place_name, place in PLACES.items() for kind_name, kind in KINDS.items()
-        if not (kind.real and place_name in SAME_FOR_REAL)}
+        if not ((kind.real or kind.file_in_place) and place_name in SAME_FOR_REAL)}
 
 
 class Refusal:
@@ -170,12 +173,16 @@ def test_an_os_error_meets_the_contract(row: tuple[Place, Kind], workspace: Path
     path = place.path if kind.real is None else f"{kind.real}/{place.path}"
     if kind.errno == errno.ELOOP:
         (root / "loop").symlink_to("loop")
+    if kind.file_in_place:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text("a file, not a folder\n")
+    injected = kind.real is None and not kind.file_in_place
     argv = [arg.replace("{path}", path) for arg in place.argv]
     evaluations = _count_evaluations(monkeypatch)
     before = _snapshot(root)
 
     refusal = Refusal(root / path, place.only, kind.errno)
-    with refusing(refusal) if kind.real is None else contextlib.nullcontext():
+    with refusing(refusal) if injected else contextlib.nullcontext():
         code, stderr = _run(argv, capfd)
 
     assert code == kind.exit_code, stderr
@@ -183,7 +190,7 @@ def test_an_os_error_meets_the_contract(row: tuple[Place, Kind], workspace: Path
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"tessera {argv[0]}: error: "), stderr
     assert path in lines[0], stderr
-    if kind.real is None:
+    if injected:
         assert refusal.hits, "the command never wrote where it was refused"
     after = _snapshot(root)
     changed = sorted(name for name in before if after.get(name) != before[name])

@@ -28,6 +28,10 @@ BAD_PLACE = {
     errno.ELOOP: "too many levels of symbolic links (a symlink loop?); fix the link or name "
                  "another path",
     errno.ENOTDIR: "a part of this path is a file, not a folder; name another path",
+    # Where Tessera makes a folder that exists as something else (a folder already there is
+    # no error; an exclusive create of a file handles this errno itself).
+    errno.EEXIST: "already exists and is not a folder, where a folder is needed; remove it "
+                  "or name another path",
     errno.EISDIR: "is a folder, where a file is needed; name a file",
     errno.EACCES: "permission denied; grant access to it or name another path",
     errno.EPERM: "operation not permitted; grant access to it or name another path",
