@@ -112,6 +112,13 @@ def test_bad_lines_are_named(tmp_path, content, message):
     assert str(path) in str(error.value)
 
 
+def test_bytes_that_are_not_utf8_are_named_by_line_and_byte(tmp_path):
+    path = tmp_path / "edges.tsv"
+    path.write_bytes(b"a\tr\tb\nc\tr\td\n\ne\tr\t\xe9t\xe9\n")  # Latin-1, not UTF-8
+    with pytest.raises(FormatError, match=r"line 4, byte 5 \(0xe9\): not UTF-8 text"):
+        rows_of(path, columns=Columns(0, 2, 1))
+
+
 def test_bad_parquet_inputs_are_named(tmp_path):
     path = tmp_path / "edges.parquet"
     pq.write_table(pa.table({"src": ["a", None], "dst": ["b", "c"]}), path)

@@ -50,8 +50,18 @@ class LineChunk:
         return f"line {self.first_line}+"
 
     def span(self) -> str:
-        last_line = self.first_line + self.data.count(b"\n")
+        last_line = self.first_line + self.data.rstrip(b"\n").count(b"\n")
         return f"lines {self.first_line}-{last_line}"
+
+    def first_non_utf8(self) -> str | None:
+        """Where the first byte that is not UTF-8 text is ('line 7, byte 3 (0xff)'); None
+        if every line is text."""
+        for number, line in enumerate(self.data.split(b"\n"), start=self.first_line):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                return f"line {number}, byte {error.start + 1} (0x{line[error.start]:02x})"
+        return None
 
     def first_nonempty_line(self) -> bytes:
         start = 0
@@ -122,6 +132,10 @@ class DelimitedText:
         except pa.ArrowInvalid as error:
             if invalid_rows:
                 raise self._bad_row_error(chunk, invalid_rows[0]) from None
+            not_text = chunk.first_non_utf8() if "UTF8" in str(error) else None
+            if not_text:
+                raise FormatError(self.url, f"{not_text}: not UTF-8 text; convert the file to "
+                                            "UTF-8 (e.g. iconv -t UTF-8)") from None
             raise FormatError(self.url, f"{chunk.span()}: cannot parse ({error})") from None
 
     def _parse_options(self, on_invalid_row: Callable[[Any], str] | None = None
