@@ -455,8 +455,10 @@ def _run_tune(args: argparse.Namespace, reporter: Reporter) -> int:
         args.valid, tuple(args.filter_paths), args.space, args.trials, args.timeout,
         args.startup_trials, args.warmup_epochs, args.valid_every), reporter)
     if result.best_config is not None:
+        precision = "" if result.valid_mrr_stderr is None else \
+            f", standard error {result.valid_mrr_stderr:.4f}"
         print_result(f"best config: {result.best_config} (trial {result.best_trial}, "
-                     f"filtered valid MRR {result.valid_mrr:.4f})\n"
+                     f"filtered valid MRR {result.valid_mrr:.4f}{precision})\n"
                      f"train it:    tessera train {result.best_config}")
     return 0
 

@@ -128,9 +128,25 @@ def test_merge_equals_one_accumulator_fed_everything():
     assert first.rank_sum == whole.rank_sum
     assert first.hits == whole.hits
     assert first.auc_count == whole.auc_count == 99
-    for key, value in whole.summary().items():
-        assert first.summary()[key] == pytest.approx(value, rel=1e-12)
+    for key, value in whole.summary(standard_error=True).items():
+        assert first.summary(standard_error=True)[key] == pytest.approx(value, rel=1e-12)
     assert whole.summary()["loss"] == pytest.approx(0.1)
+
+
+def test_the_mrr_standard_error_is_the_sample_sd_of_reciprocal_ranks_over_root_n():
+    metrics = RankingMetrics()
+    metrics.add(POS, NEG)  # reciprocal ranks 1/3, 1/3, 1
+    mean = (1 / 3 + 1 / 3 + 1) / 3
+    variance = (2 * (1 / 3 - mean) ** 2 + (1 - mean) ** 2) / 2
+    assert metrics.summary(standard_error=True)["mrr_stderr"] == \
+        pytest.approx(math.sqrt(variance / 3))
+    assert "mrr_stderr" not in metrics.summary()  # training's held-out stats keep their keys
+    perfect = RankingMetrics()
+    perfect.add(torch.full((5,), 2.0), torch.zeros(5, 4))
+    assert perfect.mrr_standard_error() == 0.0  # every row alike: nothing to vary
+    one_row = RankingMetrics()
+    one_row.add(POS[:1], NEG[:1])
+    assert math.isnan(one_row.mrr_standard_error())
 
 
 def test_both_sides_are_averaged_as_separate_rows():

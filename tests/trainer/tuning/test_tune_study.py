@@ -65,6 +65,13 @@ def test_a_tune_writes_a_best_config_that_train_takes(
     assert config["lr"] == study.best_params["lr"]
     assert config["dimension"] == study.best_params["dimension"]
     assert study.best_value > 0.2  # far above random on the planted communities
+    # The header gives the precision of the validation split: the standard error of the
+    # best trial's MRR over its rankings, as the evaluation computed it.
+    stderr = study.best_trial.user_attrs["valid_metrics"]["mrr_stderr"]
+    assert 0 < stderr < 0.05  # 2 rows for each of about 200 validation edges
+    assert f"filtered MRR {study.best_value:.4f} (standard error {stderr:.4f}) on " \
+        in best.read_text().splitlines()[0]
+    assert f"filtered valid MRR {study.best_value:.4f}, standard error {stderr:.4f})" in out
     # Trained on the training split alone, into the user's checkpoint_path.
     assert config["edge_paths"] == [str(workspace / "train")]
     assert config["checkpoint_path"] == str(workspace / "checkpoints")

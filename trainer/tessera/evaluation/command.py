@@ -60,7 +60,7 @@ def evaluate_checkpoint(config: ConfigSchema, reporter: Reporter, *, filtered: b
     result = {"mode": "filtered" if filtered else "raw", "checkpoint_version": version,
               "ranked_against": _ranked_against(config, data, filtered,
                                                 filter_paths or config.edge_paths),
-              **metrics.summary()}
+              **metrics.summary(standard_error=True)}
     reporter.event(EVALUATION_FINISHED, **result)
     return result
 

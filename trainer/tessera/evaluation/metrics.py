@@ -57,6 +57,7 @@ class RankingMetrics:
     count: int = 0
     rank_sum: int = 0
     reciprocal_rank_sum: float = 0.0
+    reciprocal_rank_square_sum: float = 0.0  # for the MRR's standard error
     hits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(HITS_AT, 0))
     # Rows with every negative masked have a rank (1) but no AUC, hence a count of their own.
     auc_sum: float = 0.0
@@ -70,7 +71,9 @@ class RankingMetrics:
         row_ranks = ranks(pos, neg)
         self.count += len(row_ranks)
         self.rank_sum += int(row_ranks.sum())
-        self.reciprocal_rank_sum += float(row_ranks.double().reciprocal().sum())
+        reciprocal = row_ranks.double().reciprocal()
+        self.reciprocal_rank_sum += float(reciprocal.sum())
+        self.reciprocal_rank_square_sum += float(reciprocal.square().sum())
         for k in self.hits:
             self.hits[k] += int((row_ranks <= k).sum())
         aucs = auc_per_row(pos, neg)
@@ -88,6 +91,7 @@ class RankingMetrics:
         self.count += other.count
         self.rank_sum += other.rank_sum
         self.reciprocal_rank_sum += other.reciprocal_rank_sum
+        self.reciprocal_rank_square_sum += other.reciprocal_rank_square_sum
         for k, hit_count in other.hits.items():
             self.hits[k] = self.hits.get(k, 0) + hit_count
         self.auc_sum += other.auc_sum
@@ -95,14 +99,17 @@ class RankingMetrics:
         self.loss_sum += other.loss_sum
         self.loss_edges += other.loss_edges
 
-    def summary(self) -> dict[str, float]:
-        """count, mrr, hits@k, mean_rank, auc, and loss when some was added.
+    def summary(self, standard_error: bool = False) -> dict[str, float]:
+        """count, mrr (and mrr_stderr if asked), hits@k, mean_rank, auc, and loss when some
+        was added.
 
         `count` is the number of rows (two per edge when both sides are ranked). Averages over
         nothing are NaN.
         """
         summary: dict[str, float] = {"count": self.count,
                                      "mrr": _mean(self.reciprocal_rank_sum, self.count)}
+        if standard_error:
+            summary["mrr_stderr"] = self.mrr_standard_error()
         for k in sorted(self.hits):
             summary[f"hits@{k}"] = _mean(self.hits[k], self.count)
         summary["mean_rank"] = _mean(self.rank_sum, self.count)
@@ -110,6 +117,17 @@ class RankingMetrics:
         if self.loss_edges:
             summary["loss"] = self.loss_sum / self.loss_edges
         return summary
+
+
+    def mrr_standard_error(self) -> float:
+        """The standard error of the MRR over the ranked rows: how far another edge set of
+        this size, drawn alike, would likely move it. A small validation split cannot tell
+        apart models whose MRRs differ by less. NaN under two rows."""
+        if self.count < 2:
+            return math.nan
+        mean = self.reciprocal_rank_sum / self.count
+        variance = (self.reciprocal_rank_square_sum - self.count * mean * mean) / (self.count - 1)
+        return math.sqrt(max(variance, 0.0) / self.count)
 
 
 def _mean(total: float, count: int) -> float:

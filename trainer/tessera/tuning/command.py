@@ -33,6 +33,7 @@ from .study import (
     keep_only_best,
     objective,
     open_study,
+    valid_stderr,
     write_best_config,
 )
 from .trial import HELD_OUT_MRR, REPORTED, Judging
@@ -60,6 +61,7 @@ class TuneResult:
     best_config: Path | None  # None: no trial completed
     best_trial: int | None
     valid_mrr: float | None
+    valid_mrr_stderr: float | None  # the standard error of valid_mrr over its rankings
     trials: int  # finished trials in the study (complete or pruned)
 
 
@@ -163,7 +165,7 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
         best_path = [write_best_config(setup, best, len(study.trials))]
     result = TuneResult(best_path[0] if best_path else None,
                         best.number if best else None, best.value if best else None,
-                        finished_trials(study))
+                        valid_stderr(best) if best else None, finished_trials(study))
     reporter.summary(TUNING_FINISHED, summary_rows(result, best, tune_dir))
     return result
 
@@ -206,7 +208,8 @@ class TuneProgress:
 def summary_rows(result: TuneResult, best: FrozenTrial | None,
                  tune_dir: Path) -> dict[str, Any]:
     rows: dict[str, Any] = {"trials": result.trials, "best_trial": result.best_trial,
-                            "valid_mrr": None if best is None else rounded_value(best)}
+                            "valid_mrr": None if best is None else rounded_value(best),
+                            "valid_mrr_stderr": result.valid_mrr_stderr}
     if best is not None:
         rows.update(best.params)
     rows.update({"study": str(tune_dir / "study.db"),

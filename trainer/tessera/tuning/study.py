@@ -28,8 +28,9 @@ from optuna.trial import FrozenTrial, TrialState
 from ..config import ConfigSchema, parse_config
 from ..config.redaction import redacted, without_url_credentials
 from ..errors import ConfigError
+from ..log_records import is_number
 from .space import Dimension, SearchSpace, with_values
-from .trial import Judging, run_trial
+from .trial import VALID_METRICS, Judging, run_trial
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "tessera-tune"
@@ -140,12 +141,21 @@ def _repeatability(config: ConfigSchema) -> str:
             "model is its checkpoint (workers: 1 on CPU trains one that repeats).")
 
 
+def valid_stderr(trial: FrozenTrial) -> float | None:
+    """The standard error of a complete trial's validation MRR (see
+    `RankingMetrics.mrr_standard_error`); None for a trial without one (diverged)."""
+    value = trial.user_attrs.get(VALID_METRICS, {}).get("mrr_stderr")
+    return round(value, 4) if is_number(value) else None
+
+
 def write_best_config(setup: TuneSetup, best: FrozenTrial, total: int) -> Path:
     """`tune/best.yaml`: the user's config with the best trial's values, written whole or
     not at all; secrets in storage_options read `<redacted>`, as in a checkpoint's config."""
     chosen = with_values(setup.raw_config, best.params)
+    stderr = valid_stderr(best)
+    precision = "" if stderr is None else f" (standard error {stderr:.4f})"
     header = (f"# Chosen by tessera tune: trial {best.number} of {total}, filtered MRR "
-              f"{best.value:.4f} on {setup.judging.valid_path}.\n"
+              f"{best.value:.4f}{precision} on {setup.judging.valid_path}.\n"
               f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n"
               f"# {_repeatability(parse_config(chosen))}\n")
     config = redacted(chosen)

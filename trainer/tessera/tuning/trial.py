@@ -42,6 +42,7 @@ from ..training.coordinator import train
 VALID_MRR = "valid_mrr"
 HELD_OUT_MRR = "held_out_mrr"
 REPORTED = "reported"
+VALID_METRICS = "valid_metrics"  # a complete trial's user attribute: its validation metrics
 
 # The validation MRR given to a trial whose loss stopped being a number: its scores are NaN,
 # and a NaN score outranks nothing, which would read as a perfect MRR.
@@ -140,7 +141,7 @@ def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
                             and not math.isfinite(summary.last_loss)):
         return _diverged(trial)
     metrics = validation_metrics(config, judging, reporter)
-    trial.set_user_attr("valid_metrics", {key: value for key, value in metrics.items()
+    trial.set_user_attr(VALID_METRICS, {key: value for key, value in metrics.items()
                                           if is_number(value)})
     return float(metrics[MRR])
 
