@@ -118,7 +118,6 @@ class RankingMetrics:
             summary["loss"] = self.loss_sum / self.loss_edges
         return summary
 
-
     def mrr_standard_error(self) -> float:
         """The standard error of the MRR over the ranked rows: how far another edge set of
         this size, drawn alike, would likely move it. A small validation split cannot tell
