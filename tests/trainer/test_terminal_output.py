@@ -79,7 +79,7 @@ def test_verbose_runs_keep_a_line_per_commit(graph: Path) -> None:
 def test_eval_on_a_terminal_prints_its_metrics_once(graph: Path) -> None:
     assert main(["train", "config.json", "--quiet"]) == 0
     text = on_terminal("eval", "config.json")
-    assert text.count("mrr") == 1, text
+    assert text.count("\"mrr\"") == 1 and "mrr=" not in text, text
     assert "evaluation finished" in shown_lines(text), text
     result = json.loads(text[text.index("\n{") + 1:])
     assert result["mode"] == "raw" and result["count"] == 2 * 120
