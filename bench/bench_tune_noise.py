@@ -18,7 +18,6 @@ continues it (the draws are seeded). Prints every config's figures and the noise
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import random
@@ -34,11 +33,14 @@ from bench_quality import DATASETS, OUTPUT, dataset_files, local_copies  # noqa:
 from bench_tune import prepare  # noqa: E402
 
 from tessera.config import parse_config  # noqa: E402
-from tessera.evaluation.command import evaluate_checkpoint  # noqa: E402
 from tessera.progress import Reporter  # noqa: E402
 from tessera.training.coordinator import train  # noqa: E402
 from tessera.tuning.space import with_values  # noqa: E402
-from tessera.tuning.trial import stop_descriptor_server  # noqa: E402
+from tessera.tuning.trial import (  # noqa: E402
+    Judging,
+    stop_descriptor_server,
+    validation_metrics,
+)
 
 DRAW_SEED = 12345
 
@@ -55,10 +57,10 @@ def draw_configs(count: int) -> list[dict[str, Any]]:
              "num_epochs": rng.choice(range(40, 101, 10))} for _ in range(count)]
 
 
-def filtered_mrr(config: Any, split: str, known: list[str]) -> float:
-    ranked = dataclasses.replace(config, edge_paths=[split])
-    return float(evaluate_checkpoint(ranked, Reporter("quiet"), filtered=True,
-                                     filter_paths=known)["mrr"])
+def filtered_mrr(config: Any, split: str, also_known: tuple[str, ...] = ()) -> float:
+    """`split` ranked as `tessera tune` judges a trial: training's and its own edges (and
+    `also_known`'s) not counted as mistakes."""
+    return float(validation_metrics(config, Judging(split, also_known), Reporter("quiet"))["mrr"])
 
 
 def one_run(base: dict[str, Any], values: dict[str, Any], seed: int,
@@ -72,8 +74,8 @@ def one_run(base: dict[str, Any], values: dict[str, Any], seed: int,
         "checkpoint_path": str(checkpoint)}))
     train(config, Reporter("quiet"))
     stop_descriptor_server()
-    result = {"valid": filtered_mrr(config, valid_split, [train_split, valid_split]),
-              "test": filtered_mrr(config, test_split, base["edge_paths"])}
+    result = {"valid": filtered_mrr(config, valid_split),
+              "test": filtered_mrr(config, test_split, (valid_split,))}
     shutil.rmtree(checkpoint, ignore_errors=True)
     return result
 
