@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -123,3 +124,64 @@ def test_errors_name_what_is_wrong(trained: PlantedGraph, tmp_path: Path) -> Non
     empty = parse_config(trained.config(checkpoint_path=str(tmp_path / "none")))
     with pytest.raises(BadInputError, match="no checkpoint to export"):
         export_checkpoint(empty, str(tmp_path), QUIET)
+
+
+ODD_NAMES = ['say "hi"', '"quoted', "back\\slash", "naïve", "comma,semi;"]
+
+
+@pytest.fixture(scope="module")
+def odd_names(tmp_path_factory: pytest.TempPathFactory) -> PlantedGraph:
+    """One partition whose first entities have names a CSV import can bring."""
+    graph = write_planted_graph(tmp_path_factory.mktemp("odd"), 1, num_edges=500)
+    names = ODD_NAMES + [f"n{i}" for i in range(len(ODD_NAMES), 400)]
+    write_entity_names(Directory(str(graph.root / "entities")), "node", 0, names)
+    train(parse_config(graph.config(num_epochs=1)), QUIET)
+    return graph
+
+
+def test_names_are_written_as_they_are(odd_names: PlantedGraph, tmp_path: Path) -> None:
+    """TSV has no quoting: a quote, a backslash or a comma is text, as `tessera import` reads
+    it back."""
+    config = parse_config(odd_names.config())
+    export_checkpoint(config, str(tmp_path / "tsv"), QUIET)
+    export_checkpoint(config, str(tmp_path / "npy"), QUIET, output_format="npy")
+    rows = [line.split("\t") for line in
+            (tmp_path / "tsv" / "embeddings_node.tsv").read_text(encoding="utf-8").splitlines()]
+    assert [row[0] for row in rows[:len(ODD_NAMES)]] == ODD_NAMES
+    values = np.array([row[1:] for row in rows], dtype=np.float32)
+    np.testing.assert_array_equal(values, np.load(tmp_path / "npy" / "embeddings_node.npy"))
+    names = (tmp_path / "npy" / "names_node.txt").read_text(encoding="utf-8").splitlines()
+    assert names[:len(ODD_NAMES)] == ODD_NAMES and len(names) == len(rows) == 400
+
+
+@pytest.mark.parametrize(("name", "refused_by"), [("tab\there", ["tsv"]),
+                                                  ("two\nlines", ["tsv", "npy"]),
+                                                  ("carriage\rreturn", ["tsv", "npy"])])
+def test_a_name_a_text_format_would_split_is_refused(odd_names: PlantedGraph, tmp_path: Path,
+                                                      name: str, refused_by: list[str]) -> None:
+    shutil.copytree(odd_names.root, tmp_path / "graph")
+    graph = PlantedGraph(tmp_path / "graph", odd_names.num_entities, odd_names.num_partitions)
+    names = [f"n{i}" for i in range(400)]
+    names[123] = name
+    write_entity_names(Directory(str(graph.root / "entities")), "node", 0, names)
+    config = parse_config(graph.config())
+    for fmt in ["tsv", "npy", "h5"]:
+        output = tmp_path / fmt
+        if fmt not in refused_by:
+            export_checkpoint(config, str(output), QUIET, output_format=fmt)
+            continue
+        file = f"{'embeddings' if fmt == 'tsv' else 'names'}_node.{fmt if fmt == 'tsv' else 'txt'}"
+        with pytest.raises(BadInputError, match=rf"^{file}: entity {re.escape(repr(name))} "
+                                                r"has .*line break.*--format h5"):
+            export_checkpoint(config, str(output), QUIET, output_format=fmt)
+        assert list(output.rglob("*")) == []  # nothing published, no staging left
+    with h5py.File(tmp_path / "h5" / "embeddings_node.h5", "r") as file:
+        assert file["names"][123].decode() == name
+
+
+def test_a_relation_name_with_a_tab_is_refused(odd_names: PlantedGraph, tmp_path: Path) -> None:
+    config = parse_config(odd_names.config(relations=[
+        {"name": "lin\tk", "lhs": "node", "rhs": "node", "operator": "translation"}]))
+    with pytest.raises(BadInputError, match=r"^relation_parameters.tsv: relation 'lin\\tk' "
+                                            "has a tab or a line break"):
+        export_checkpoint(config, str(tmp_path), QUIET)

@@ -8,16 +8,18 @@ The output files are published all together or not at all.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Sequence
 
 import h5py
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import torch
 
 from .config import ConfigSchema
-from .errors import ConfigError
+from .errors import BadInputError, ConfigError
 from .model.featurized_entities import featurized_entity_embeddings
 from .model.reciprocal import model_relation_names
 from .progress import Reporter, Task
@@ -36,7 +38,13 @@ from .storage.entity_features import (
 )
 from .storage.fs import Directory
 
-TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+VALUES_TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+# What a name may not contain in each text format, and why (a TSV field has no quoting:
+# quotes and backslashes are plain text there, as `tessera import` reads them).
+UNWRITABLE_IN = {
+    "tsv": ("[\t\n\r]", "a tab or a line break, which a TSV row cannot hold"),
+    "npy": ("[\n\r]", "a line break, which a names file of one name a line cannot hold"),
+}
 RELATION_PARAMETERS_FILE = "relation_parameters.tsv"
 ENTITY_BLOCK = 100_000  # entities written (featurized ones computed) at a time
 
@@ -161,9 +169,8 @@ def _write_embeddings(target: Directory, files: list[str], total: int,
     if fmt == "tsv":
         with target.writing(files[0]) as path, open(path, "wb") as file:
             for names, embeddings in partitions:
-                columns = [pa.array(names)] + [pa.array(column) for column in embeddings.T]
-                table = pa.Table.from_arrays(columns, names=[str(i) for i in range(len(columns))])
-                pa_csv.write_csv(table, file, TSV)
+                check_names_writable(names, fmt, f"{files[0]}: entity")
+                file.write(_tsv_rows(names, embeddings))
         return
     if fmt == "h5":
         with target.writing(files[0]) as path, h5py.File(path, "w") as file:
@@ -179,12 +186,36 @@ def _write_embeddings(target: Directory, files: list[str], total: int,
             if array is None:  # the .npy is filled partition by partition, never held whole
                 array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
                                                   shape=(total, embeddings.shape[1]))
+            check_names_writable(names, fmt, f"{files[1]}: entity")
             array[start:start + len(embeddings)] = embeddings
             start += len(embeddings)
             names_file.writelines(f"{n}\n" for n in names)
         if array is not None:
             array.flush()
             del array
+
+
+def check_names_writable(names: Sequence[str], fmt: str, what: str) -> None:
+    """Refuse, naming the first, a name that the text format `fmt` would split in two."""
+    pattern, problem = UNWRITABLE_IN[fmt]
+    found = pc.match_substring_regex(pa.array(names, type=pa.string()), pattern)
+    if not pc.any(found).as_py():
+        return
+    name = names[pc.index(found, True).as_py()]
+    shown = repr(name) if len(name) <= 60 else f"{name[:60]!r}..."
+    raise BadInputError(f"{what} {shown} has {problem}; export with --format h5 (names as "
+                        "HDF5 strings)")
+
+
+def _tsv_rows(names: Sequence[str], embeddings: np.ndarray) -> bytes:
+    """`name<TAB>v1<TAB>v2...` lines: pyarrow formats the values, and the names go in as they
+    are (a CSV writer would quote a name with a quote in it, and TSV readers keep quotes)."""
+    values = io.BytesIO()
+    columns = [pa.array(column) for column in embeddings.T]
+    pa_csv.write_csv(pa.Table.from_arrays(columns, names=[str(i) for i in range(len(columns))]),
+                     values, VALUES_TSV)
+    lines = values.getvalue().split(b"\n")
+    return b"".join(name.encode() + b"\t" + line + b"\n" for name, line in zip(names, lines))
 
 
 def _append(file: h5py.File, dataset: str, values: np.ndarray) -> None:
@@ -207,6 +238,7 @@ def _write_relation_parameters(config: ConfigSchema, store: CheckpointStore, ver
     else:
         relation_names = [relation.name for relation in config.relations]
     relation_names = model_relation_names(config, relation_names)
+    check_names_writable(relation_names, "tsv", f"{RELATION_PARAMETERS_FILE}: relation")
     params, _ = store.read_model(version)
     with target.writing(RELATION_PARAMETERS_FILE) as path, \
             open(path, "w", encoding="utf-8") as file:
