@@ -122,7 +122,7 @@ def test_bytes_that_are_not_utf8_are_named_by_line_and_byte(tmp_path):
 def test_bad_parquet_inputs_are_named(tmp_path):
     path = tmp_path / "edges.parquet"
     pq.write_table(pa.table({"src": ["a", None], "dst": ["b", "c"]}), path)
-    with pytest.raises(FormatError, match="row 2: column 'src' is null"):
+    with pytest.raises(FormatError, match="row 2: column 'src' is null; .*fill it or drop the row"):
         rows_of(path, "parquet")
     with pytest.raises(FormatError, match="column 5 is needed but the file has 2 columns"):
         rows_of(path, "parquet", Columns(0, 5))

@@ -48,7 +48,8 @@ def _as_names(url: str, column: pa.Array, first_row: int, name: str) -> pa.Array
     """A column as large strings; ids stored as integers become their decimal text."""
     if column.null_count:
         row = first_row + int(pc.index(pc.is_null(column), True).as_py()) + 1
-        raise FormatError(url, f"row {row}: column {name!r} is null")
+        raise FormatError(url, f"row {row}: column {name!r} is null; every edge needs a name "
+                               "in each name column: fill it or drop the row")
     try:
         return column.cast(pa.large_string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
