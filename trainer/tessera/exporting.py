@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 import h5py
 import numpy as np
@@ -38,7 +39,7 @@ from .storage.entity_features import (
 )
 from .storage.fs import Directory
 
-VALUES_TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
 # What a name may not contain in each text format, and why (a TSV field has no quoting:
 # quotes and backslashes are plain text there, as `tessera import` reads them).
 UNWRITABLE_IN = {
@@ -170,7 +171,7 @@ def _write_embeddings(target: Directory, files: list[str], total: int,
         with target.writing(files[0]) as path, open(path, "wb") as file:
             for names, embeddings in partitions:
                 check_names_writable(names, fmt, f"{files[0]}: entity")
-                file.write(_tsv_rows(names, embeddings))
+                _write_tsv_rows(file, names, embeddings)
         return
     if fmt == "h5":
         with target.writing(files[0]) as path, h5py.File(path, "w") as file:
@@ -207,15 +208,24 @@ def check_names_writable(names: Sequence[str], fmt: str, what: str) -> None:
                         "HDF5 strings)")
 
 
-def _tsv_rows(names: Sequence[str], embeddings: np.ndarray) -> bytes:
-    """`name<TAB>v1<TAB>v2...` lines: pyarrow formats the values, and the names go in as they
-    are (a CSV writer would quote a name with a quote in it, and TSV readers keep quotes)."""
-    values = io.BytesIO()
+def _write_tsv_rows(file: BinaryIO, names: Sequence[str], embeddings: np.ndarray) -> None:
+    """`name<TAB>v1<TAB>v2...` lines, names as they are. pyarrow writes whole rows unless a
+    name has a quote, which its CSV writer would quote or refuse: then it formats the values
+    and the names are put before them here, row by row (slower)."""
+    name_column = pa.array(names, type=pa.string())
     columns = [pa.array(column) for column in embeddings.T]
-    pa_csv.write_csv(pa.Table.from_arrays(columns, names=[str(i) for i in range(len(columns))]),
-                     values, VALUES_TSV)
-    lines = values.getvalue().split(b"\n")
-    return b"".join(name.encode() + b"\t" + line + b"\n" for name, line in zip(names, lines))
+    if not pc.any(pc.match_substring(name_column, '"')).as_py():
+        _write_tsv(file, [name_column, *columns])
+        return
+    values = io.BytesIO()
+    _write_tsv(values, columns)
+    file.writelines(name.encode() + b"\t" + line + b"\n"
+                    for name, line in zip(names, values.getvalue().split(b"\n")))
+
+
+def _write_tsv(file: BinaryIO, columns: list[pa.Array]) -> None:
+    table = pa.Table.from_arrays(columns, names=[str(i) for i in range(len(columns))])
+    pa_csv.write_csv(table, file, TSV)
 
 
 def _append(file: h5py.File, dataset: str, values: np.ndarray) -> None:
