@@ -223,6 +223,19 @@ ROWS: dict[str, BadInput] = {
     "entities not a mapping": BadInput(CHECK, "entities", config(entities=["node"])),
     "dynamic relations with two relations": BadInput(CHECK, "dynamic_relations",
                                                      config(dynamic_relations=True)),
+    # What the model needs of a relation, refused by `config check` as by training.
+    "complex operator, odd dimension": BadInput(CHECK, "relations[0].operator", config(
+        dimension=7, relations=[{"name": "likes", "lhs": "node", "rhs": "node",
+                                 "operator": "complex_diagonal"}])),
+    "regularizer on a matrix operator": BadInput(CHECK, "regularization_coef", config(
+        regularization_coef=0.1, relations=[{"name": "likes", "lhs": "node", "rhs": "node",
+                                             "operator": "linear"}])),
+    "sides of different dimensions": BadInput(CHECK, "relations[0]", config(
+        entities={"node": {"num_partitions": 2}, "user": {"num_partitions": 1, "dimension": 4}},
+        relations=[{"name": "likes", "lhs": "user", "rhs": "node"}])),
+    "all negatives of a featurized type": BadInput(CHECK, "relations[0].all_negs", config(
+        entities={"node": {"num_partitions": 1, "featurized": True}},
+        relations=[{"name": "likes", "lhs": "node", "rhs": "node", "all_negs": True}])),
     "YAML syntax error": BadInput(CHECK, "config.yaml", write("config.yaml", "entities: {\n")),
     "YAML bad indentation": BadInput(CHECK, "line 2", write("config.yaml", "a: 1\n b: 2\n")),
     "YAML list, not a mapping": BadInput(CHECK, "config.yaml", write("config.yaml", "- 1\n")),

@@ -263,6 +263,19 @@ def test_view_keeps_the_error_instead_of_raising() -> None:
                                "you mean 'item'?); declared types are: item, user")
 
 
+def test_a_config_training_would_refuse_is_refused_before_any_pod() -> None:
+    """The model's rules are the config's: an odd dimension for ComplEx fails the spec, not a
+    trainer pod after it started."""
+    spec = base_spec()
+    spec["config"] = {**CONFIG, "dimension": 15, "relations": [
+        {"name": "likes", "lhs": "user", "rhs": "item", "operator": "complex_diagonal"}]}
+    with pytest.raises(ConfigError) as raised:
+        parse_spec(spec)
+    assert str(raised.value) == ("spec.config.relations[0].operator: complex_diagonal splits "
+                                 "embeddings into real and imaginary halves, so it needs an "
+                                 "even dimension, not 15")
+
+
 def test_the_operator_never_imports_torch() -> None:
     modules = ["children", "conditions", "decisions", "job", "labels", "pods", "progress",
                "redaction", "run_config", "spec", "status"]

@@ -9,7 +9,6 @@ import torch
 
 from tessera.config.schema import RegularizerName
 from tessera.errors import ConfigError
-from tessera.model.config_checks import check_model_config
 from tessera.model.operators import DYNAMIC_OPERATORS, OPERATORS
 from tessera.model.regularizers import REGULARIZERS, N3Regularizer, make_regularizer
 
@@ -61,6 +60,6 @@ def test_dynamic_penalty_uses_each_edges_relation_parameters() -> None:
 def test_operators_without_a_regularizer_term_are_rejected_at_start(make_config,
                                                                    operator: str) -> None:
     relations = [{"name": "r", "lhs": "node", "rhs": "node", "operator": operator}]
-    check_model_config(make_config(relations=relations))
+    make_config(relations=relations)
     with pytest.raises(ConfigError, match="regularization_coef"):
-        check_model_config(make_config(relations=relations, regularization_coef=0.1))
+        make_config(relations=relations, regularization_coef=0.1)

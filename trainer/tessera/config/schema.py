@@ -13,6 +13,11 @@ from typing import Any, Literal
 
 OperatorName = Literal["none", "translation", "diagonal", "linear", "affine", "complex_diagonal",
                        "rotate"]
+# Operators that read an embedding as a complex vector (first half real, second half
+# imaginary), so its dimension must be even.
+COMPLEX_OPERATORS = frozenset({"complex_diagonal", "rotate"})
+# Operators whose parameters the N3 regularizer has no term for (matrices; PBG defines none).
+UNREGULARIZED_OPERATORS = frozenset({"linear", "affine"})
 ComparatorName = Literal["dot", "cos", "l2", "squared_l2", "l1"]
 LossName = Literal["ranking", "logistic", "softmax"]
 BucketOrderName = Literal["random", "affinity", "inside_out", "outside_in"]

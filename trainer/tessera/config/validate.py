@@ -15,7 +15,7 @@ from typing import Any, Literal, Union
 
 from ..errors import ConfigError
 from .redaction import check_not_redacted
-from .schema import ConfigSchema
+from .schema import COMPLEX_OPERATORS, UNREGULARIZED_OPERATORS, ConfigSchema
 from .transport_keys import check_transport_keys
 
 T = typing.TypeVar("T")
@@ -154,6 +154,7 @@ def check_consistency(config: ConfigSchema) -> None:
                           "be declared (it is the template of all relation types); got "
                           f"{len(config.relations)}")
     _check_corrupted_sides(config)
+    _check_relations_trainable(config)
     if config.half_precision and config.num_gpus == 0:
         raise ConfigError("half_precision", "half precision needs GPU training; set num_gpus "
                           "> 0 or half_precision: false")
@@ -165,6 +166,33 @@ def check_consistency(config: ConfigSchema) -> None:
         raise ConfigError("eval_fraction", "must be below 1, or no edge is left to train on")
     check_transport_keys(config)
     check_not_redacted(config.to_dict())
+
+
+def _check_relations_trainable(config: ConfigSchema) -> None:
+    """What the model needs of each relation: checked with the config, so that `config check`
+    and the operator refuse what training would (PBG fails inside the first batch)."""
+    relations = config.relations[:1] if config.dynamic_relations else config.relations
+    for index, relation in enumerate(relations):
+        path = f"relations[{index}]"
+        lhs_dim = config.entity_dimension(relation.lhs)
+        rhs_dim = config.entity_dimension(relation.rhs)
+        if lhs_dim != rhs_dim:
+            raise ConfigError(path, f"its entity types '{relation.lhs}' (dimension {lhs_dim}) "
+                              f"and '{relation.rhs}' (dimension {rhs_dim}) cannot be compared; "
+                              "give them the same dimension")
+        if relation.operator in COMPLEX_OPERATORS and rhs_dim % 2 != 0:
+            raise ConfigError(f"{path}.operator", f"{relation.operator} splits embeddings into "
+                              "real and imaginary halves, so it needs an even dimension, not "
+                              f"{rhs_dim}")
+        featurized = [side for side in (relation.lhs, relation.rhs)
+                      if config.entities[side].featurized]
+        if relation.all_negs and featurized:
+            raise ConfigError(f"{path}.all_negs", f"entity type '{featurized[0]}' is featurized, "
+                              "so its entities cannot be listed as negatives; set all_negs: false")
+        if config.regularization_coef > 0 and relation.operator in UNREGULARIZED_OPERATORS:
+            raise ConfigError("regularization_coef", f"the {config.regularizer} regularizer is not "
+                              f"defined for the {relation.operator} operator of {path}; set "
+                              "regularization_coef: 0 or use another operator")
 
 
 def _check_corrupted_sides(config: ConfigSchema) -> None:

@@ -1,7 +1,6 @@
 """The model: relation operators, comparators, losses, negatives and batch scoring."""
 
 from .comparators import COMPARATORS, BiasedComparator, Comparator, make_comparator
-from .config_checks import check_model_config
 from .embedding_model import BatchResult, EmbeddingModel
 from .gradients import BatchGradients, batch_gradients
 from .losses import LOSSES, Loss, make_loss
@@ -30,7 +29,6 @@ __all__ = [
     "RowGradients",
     "TouchedRows",
     "batch_gradients",
-    "check_model_config",
     "gather_rows",
     "make_comparator",
     "make_loss",

@@ -31,7 +31,6 @@ from torch import nn
 from ..config import ConfigSchema, RelationSchema
 from ..edgelist import EdgeList, EntityList
 from .comparators import make_comparator
-from .config_checks import check_model_config
 from .fused_losses import corruption_loss
 from .losses import make_loss
 from .negatives import (
@@ -123,7 +122,6 @@ class EmbeddingModel(nn.Module):
         """`num_relations`: the relation types of the edges (with reciprocal relations the
         model holds twice as many, `num_relations` counts those)."""
         super().__init__()
-        check_model_config(config)
         if not config.dynamic_relations and num_relations != len(config.relations):
             raise ValueError(f"{len(config.relations)} relations are configured, not "
                              f"{num_relations}")

@@ -14,8 +14,6 @@ autograd.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 from torch import nn
 
@@ -70,11 +68,6 @@ def outer_summed_over_rows(grad: torch.Tensor, embs: torch.Tensor) -> torch.Tens
 
 class Operator(nn.Module):
     """Transforms every embedding of one relation with the same parameters."""
-
-    # False where PBG defines no regularizer term for the operator's parameters.
-    regularizable: ClassVar[bool] = True
-    # True where embeddings are read as complex vectors (so the dimension must be even).
-    complex_valued: ClassVar[bool] = False
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -134,8 +127,6 @@ class DiagonalOperator(Operator):
 
 
 class LinearOperator(Operator):
-    regularizable = False
-
     def __init__(self, dim: int) -> None:
         super().__init__(dim)
         self.linear_transformation = nn.Parameter(torch.eye(dim))
@@ -149,8 +140,6 @@ class LinearOperator(Operator):
 
 
 class AffineOperator(Operator):
-    regularizable = False
-
     def __init__(self, dim: int) -> None:
         super().__init__(dim)
         self.linear_transformation = nn.Parameter(torch.eye(dim))
@@ -167,8 +156,6 @@ class AffineOperator(Operator):
 
 class ComplexDiagonalOperator(Operator):
     """Multiplies each complex coordinate by a learned complex number (ComplEx)."""
-
-    complex_valued = True
 
     def __init__(self, dim: int) -> None:
         check_even("complex_diagonal", dim)
@@ -198,8 +185,6 @@ class ComplexDiagonalOperator(Operator):
 class RotateOperator(Operator):
     """Rotates each complex coordinate by a learned phase: multiplies it by exp(i phase), of
     modulus 1 (RotatE, Sun et al. 2019). With the `l2` comparator this is RotatE."""
-
-    complex_valued = True
 
     def __init__(self, dim: int) -> None:
         check_even("rotate", dim)
@@ -233,8 +218,6 @@ def rows_of(parameter: torch.Tensor, operator_idxs: torch.Tensor) -> torch.Tenso
 
 class DynamicOperator(nn.Module):
     """Transforms each embedding with the parameters of its own relation type."""
-
-    regularizable: ClassVar[bool] = True
 
     def __init__(self, dim: int, num_operations: int) -> None:
         super().__init__()
@@ -281,8 +264,6 @@ class DiagonalDynamicOperator(DynamicOperator):
 
 
 class LinearDynamicOperator(DynamicOperator):
-    regularizable = False
-
     def __init__(self, dim: int, num_operations: int) -> None:
         super().__init__(dim, num_operations)
         self.linear_transformations = nn.Parameter(torch.eye(dim).repeat(num_operations, 1, 1))
@@ -292,8 +273,6 @@ class LinearDynamicOperator(DynamicOperator):
 
 
 class AffineDynamicOperator(DynamicOperator):
-    regularizable = False
-
     def __init__(self, dim: int, num_operations: int) -> None:
         super().__init__(dim, num_operations)
         self.linear_transformations = nn.Parameter(torch.eye(dim).repeat(num_operations, 1, 1))
