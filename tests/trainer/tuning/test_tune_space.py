@@ -3,6 +3,7 @@ before any trial trains."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,38 @@ def test_bad_options_are_one_line_naming_the_flag(
     assert main(tune(workspace, *args)) == EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and expected.format(**names) in err
+
+
+def test_an_integer_range_is_checked_past_its_ends(
+        workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A complex operator needs an even dimension: 10-14 holds 11 and 13, which its ends do
+    not show; with step 2 it is all even."""
+    space = {"dimension": {"low": 10, "high": 14}}
+    complex_operator = ("-p", "relations.0.operator=complex_diagonal")
+    assert main(tune(workspace, *complex_operator, space=space)) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err == (f"tessera tune: error: {workspace / 'space.yaml'}: dimension.low + step: 11 "
+                   "makes the config "
+                   "wrong (relations[0].operator: complex_diagonal splits embeddings into real "
+                   "and imaginary halves, so it needs an even dimension, not 11)\n")
+    space["dimension"]["step"] = 2
+    assert main(tune(workspace, *complex_operator, "--trials", "1", "-p", "num_epochs=1",
+                     "-p", f"checkpoint_path={workspace / 'even'}", space=space)) == 0
+
+
+def test_a_trial_that_fails_ends_the_tune_in_one_line(
+        workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The trial's error, classified, and nothing of Optuna's (its warning of a failed trial
+    carries a traceback)."""
+    shutil.copytree(workspace, tmp_path / "copy")
+    (bucket,) = (tmp_path / "copy" / "train").glob("edges_*.h5")
+    bucket.write_bytes(bucket.read_bytes()[:100])
+    command = tune(tmp_path / "copy", "--trials", "1", "-p", f"edge_paths=[{bucket.parent}]",
+                   "-p", f"checkpoint_path={tmp_path / 'copy' / 'checkpoints'}",
+                   "-p", f"entity_path={tmp_path / 'copy' / 'entities'}")
+    assert main(command) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"tessera tune: error: {bucket}: "), err
 
 
 def test_the_default_space_leaves_out_negatives_that_all_negs_ignores() -> None:

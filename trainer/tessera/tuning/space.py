@@ -62,10 +62,15 @@ class Dimension:
 
     def candidates(self) -> dict[str, Any]:
         """The values a trial may take that checking them all finds every bad one: the
-        choices, or a range's ends."""
+        choices, or a range's ends, and in a range of integers the one after low too (the
+        config's rules on an integer are bounds and evenness: complex operators)."""
         if self.choices is not None:
             return {f"choices[{i}]": value for i, value in enumerate(self.choices)}
-        return {"low": self.low, "high": self.high}
+        ends = {"low": self.low, "high": self.high}
+        after_low = (self.low or 0) + int(self.step or 1)
+        if self.integer and after_low <= (self.high or 0):
+            return {**ends, "low + step": after_low}
+        return ends
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,9 @@ def open_study(tune_dir: Path, seed: int, startup_trials: int,
                warmup_epochs: int) -> optuna.Study:
     """The study of `tune_dir`, created or continued. Call it holding the tune folder's
     lease: a trial still marked running was left by a run that was killed, and is failed."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # trials are reported as events
+    # Trials are reported as events, and a trial's error ends the tune as one line: Optuna's
+    # own warning of a failed trial would add its traceback.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     tune_dir.mkdir(parents=True, exist_ok=True)
     study = optuna.create_study(
         storage=f"sqlite:///{(tune_dir / STUDY_FILE).resolve()}", study_name=STUDY_NAME,
