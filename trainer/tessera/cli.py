@@ -318,9 +318,11 @@ def _run_local_cluster(args: argparse.Namespace, reporter: Reporter) -> int:
     trainers = config.num_machines if args.trainers is None else args.trainers
     servers = config.num_partition_servers if args.partition_servers is None \
         else args.partition_servers
-    if trainers < 1 or servers < -1:
-        raise ConfigError("--trainers/--partition-servers", "need at least one trainer and "
-                          "-1 or more partition servers")
+    if trainers < 1:
+        raise ConfigError("--trainers", f"must be at least 1, got {trainers}")
+    if servers < -1:
+        raise ConfigError("--partition-servers", f"must be -1 (one per trainer) or more, got "
+                          f"{servers}")
     layout = WorldLayout(trainers if servers == -1 else servers, trainers)
     role_args = ["--quiet"] if reporter.mode == "quiet" else ["--log-format", reporter.mode]
     if args.rendezvous_timeout is not None:

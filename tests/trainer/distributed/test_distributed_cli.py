@@ -36,6 +36,9 @@ def write_config(tmp_path: Path, **overrides: object) -> str:
 @pytest.mark.parametrize("args, message", [
     (["--trainers", "2"], "--trainers/--partition-servers: only with --local-cluster"),
     (["--local-cluster", "--rank", "0"], "--local-cluster starts every rank itself"),
+    (["--local-cluster", "--trainers", "0"], "--trainers: must be at least 1, got 0"),
+    (["--local-cluster", "--partition-servers", "-2"],
+     "--partition-servers: must be -1 (one per trainer) or more, got -2"),
     (["--rank", "0"], "distributed_init_method: the distributed roles need"),
     (["--rank", "0", "--init-method", "localhost:29500"], "is not a rendezvous address"),
 ])
