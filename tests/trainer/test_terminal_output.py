@@ -70,6 +70,10 @@ def test_a_run_on_a_terminal_reads_as_people_read(graph: Path) -> None:
     assert "resuming from a checkpoint  checkpoint_version=3  epoch=4  chunks_done=3  " \
            "chunks_total=5" in shown_lines(text), text
 
+    text = on_terminal("train", "config.json", "-p", "num_epochs=5", "-p", "lr=0.5")
+    assert "nothing to train: the checkpoint has every epoch (raise num_epochs to train on)  " \
+           "checkpoint_version=5  num_epochs=5" in shown_lines(text), text
+
 
 def test_verbose_runs_keep_a_line_per_commit(graph: Path) -> None:
     lines = shown_lines(on_terminal("train", "config.json", "-p", "verbose=1"))
@@ -99,6 +103,7 @@ def test_json_lines_keep_every_event(graph: Path, capsys: pytest.CaptureFixture[
             for resume in resumes] == [{"event": "resuming from a checkpoint",
                                         "checkpoint_version": 2, "epoch": 3,
                                         "chunks_done": 2, "chunks_total": 3}]
+    assert not [event for event in events if event["event"].startswith("nothing to train")]
     finished = [event for event in events if event["event"] == "evaluation finished"]
     assert len(finished) == 1 and "mrr" in finished[0]
 

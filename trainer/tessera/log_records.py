@@ -11,7 +11,8 @@ those readers rely on are named here, once, free of torch. Two kinds of record:
   "chunks_total", "commit_seconds"}` after every commit, and at the end `{"event": "training
   finished", "checkpoint_version", "edges_per_s", "loss", "eval_mrr"...}`; a run that resumes
   starts with `{"event": "resuming from a checkpoint", "checkpoint_version", "epoch",
-  "chunks_done", "chunks_total"}`.
+  "chunks_done", "chunks_total"}`, or, with every epoch done, with `{"event": "nothing to
+  train: ...", "checkpoint_version", "num_epochs"}`.
 
 Every printed record starts with `"time"` (Unix seconds).
 """
@@ -31,6 +32,8 @@ TRAIN_TASK = "train"
 CHECKPOINT_COMMITTED = "checkpoint committed"
 TRAINING_FINISHED = "training finished"
 RESUMING = "resuming from a checkpoint"
+# A rerun whose checkpoint has every epoch already (with `checkpoint_version`, `num_epochs`).
+NOTHING_TO_TRAIN = "nothing to train: the checkpoint has every epoch (raise num_epochs to train on)"
 EVALUATION_FINISHED = "evaluation finished"  # `tessera eval`'s result, also printed on stdout
 # An event for the Reporter's listeners only, never printed (too long for a log line): a
 # committed chunk position's training_stats.json lines (`stats`), with its 1-based `epoch` and

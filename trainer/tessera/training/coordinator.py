@@ -49,6 +49,7 @@ from ..log_records import (
     EVAL_PREFIX,
     LOSS,
     MRR,
+    NOTHING_TO_TRAIN,
     PARTITION_WAIT_SECONDS,
     RESUMING,
     STARTUP_SECONDS,
@@ -260,8 +261,13 @@ def resume_position(store: CheckpointStore, version: int,
 def report_resume(schedule: TrainingSchedule, version: int, start: ChunkPosition | None,
                   reporter: Reporter) -> None:
     """Say which checkpoint a rerun goes on from, and where in the schedule: without it a
-    resumed run looks like a fresh one that is oddly short."""
-    if version == 0 or start is None:
+    resumed run looks like a fresh one that is oddly short, and a complete one like a
+    failure (nothing trained, no reason given)."""
+    if version == 0:
+        return
+    if start is None:
+        reporter.event(NOTHING_TO_TRAIN, **{CHECKPOINT_VERSION: version,
+                                            "num_epochs": schedule.num_epochs})
         return
     reporter.event(RESUMING, **{CHECKPOINT_VERSION: version, EPOCH: start.epoch_idx + 1,
                                 CHUNKS_DONE: schedule.index_of(start),
