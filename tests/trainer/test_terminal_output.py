@@ -70,9 +70,12 @@ def test_a_run_on_a_terminal_reads_as_people_read(graph: Path) -> None:
     assert "resuming from a checkpoint  checkpoint_version=3  epoch=4  chunks_done=3  " \
            "chunks_total=5" in shown_lines(text), text
 
-    text = on_terminal("train", "config.json", "-p", "num_epochs=5", "-p", "lr=0.5")
+    text = on_terminal("train", "config.json", "-p", "num_epochs=5", "-p", "lr=0.5",
+                       "-p", "margin=0.2")
     assert "nothing to train: the checkpoint has every epoch (raise num_epochs to train on)  " \
            "checkpoint_version=5  num_epochs=5" in shown_lines(text), text
+    assert "the config differs from the checkpoint's: training goes on with its values  " \
+           "keys=lr,margin" in shown_lines(text), text
 
 
 def test_verbose_runs_keep_a_line_per_commit(graph: Path) -> None:
@@ -103,7 +106,8 @@ def test_json_lines_keep_every_event(graph: Path, capsys: pytest.CaptureFixture[
             for resume in resumes] == [{"event": "resuming from a checkpoint",
                                         "checkpoint_version": 2, "epoch": 3,
                                         "chunks_done": 2, "chunks_total": 3}]
-    assert not [event for event in events if event["event"].startswith("nothing to train")]
+    assert not [event for event in events if event["event"].startswith(("nothing to train",
+                                                                          "the config differs"))]
     finished = [event for event in events if event["event"] == "evaluation finished"]
     assert len(finished) == 1 and "mrr" in finished[0]
 

@@ -32,6 +32,8 @@ TRAIN_TASK = "train"
 CHECKPOINT_COMMITTED = "checkpoint committed"
 TRAINING_FINISHED = "training finished"
 RESUMING = "resuming from a checkpoint"
+# A rerun whose config differs from its checkpoint's (with `keys`, the top-level keys changed).
+CONFIG_CHANGED = "the config differs from the checkpoint's: training goes on with its values"
 # A rerun whose checkpoint has every epoch already (with `checkpoint_version`, `num_epochs`).
 NOTHING_TO_TRAIN = "nothing to train: the checkpoint has every epoch (raise num_epochs to train on)"
 EVALUATION_FINISHED = "evaluation finished"  # `tessera eval`'s result, also printed on stdout

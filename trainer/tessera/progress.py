@@ -229,6 +229,8 @@ def _round(value: float | None) -> float | None:
 
 
 def _human(value: Any) -> str:
+    if isinstance(value, (list, tuple)):  # `keys=lr,workers`, not a Python list's repr
+        return ",".join(map(_human, value))
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:
             value = int(value)

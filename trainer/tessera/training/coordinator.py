@@ -41,6 +41,7 @@ from ..log_records import (
     CHUNKS_DONE,
     CHUNKS_TOTAL,
     COMMIT_SECONDS,
+    CONFIG_CHANGED,
     DEVICE_BUSY_SECONDS,
     DEVICE_PEAK_MEMORY_GB,
     EDGES_PER_SECOND,
@@ -175,6 +176,7 @@ def train(config: ConfigSchema, reporter: Reporter,
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         report_resume(schedule, version, start, reporter)
+        report_config_changes(store, config, version, reporter)
         state = build_model_state(config, data, store, version, init)
         devices = training_devices(config) if devices is None else devices
         holder = PartitionHolder(config, data.entity_counts, store, init, version,
@@ -272,6 +274,24 @@ def report_resume(schedule: TrainingSchedule, version: int, start: ChunkPosition
     reporter.event(RESUMING, **{CHECKPOINT_VERSION: version, EPOCH: start.epoch_idx + 1,
                                 CHUNKS_DONE: schedule.index_of(start),
                                 CHUNKS_TOTAL: schedule.num_positions})
+
+
+def report_config_changes(store: CheckpointStore, config: ConfigSchema, version: int,
+                          reporter: Reporter) -> None:
+    """Name the keys (beyond num_epochs) a rerun changed since its checkpoint: they apply
+    from here on, as in PBG, which someone who meant a fresh run needs to know. Keys only one
+    side has (a newer schema, PBG's config) are left out."""
+    if version == 0:
+        return
+    try:
+        committed = store.read_config()
+    except BadInputError:  # a checkpoint without a readable config.json
+        return
+    current = json.loads(json.dumps(redacted(config.to_dict())))  # as config.json holds it
+    changed = sorted(key for key in current.keys() & committed.keys()
+                     if key != "num_epochs" and current[key] != committed[key])
+    if changed:
+        reporter.event(CONFIG_CHANGED, keys=changed)
 
 
 def iteration_metadata(config: ConfigSchema, schedule: TrainingSchedule,
