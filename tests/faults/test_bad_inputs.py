@@ -155,6 +155,20 @@ def gzipped_and_cut(name: str, size: int) -> Prepare:
     return prepare
 
 
+def flip_a_data_bit(name: str) -> Prepare:
+    """Flip one bit of the first value of the `embeddings` dataset of `name`: the file is as
+    readable as before, one number differs."""
+    def prepare(root: Path) -> None:
+        with h5py.File(root / name, "r") as file:
+            offset = file["embeddings"].id.get_offset()
+        with open(root / name, "r+b") as file:
+            file.seek(offset)
+            value = file.read(1)[0]
+            file.seek(offset)
+            file.write(bytes([value ^ 1]))
+    return prepare
+
+
 def garble_object(name: str, path: str) -> Prepare:
     """Overwrite the header of the HDF5 object at `path` in file `name`: the file still opens,
     but reading that object fails."""
@@ -346,6 +360,10 @@ ROWS: dict[str, BadInput] = {
                                      write("ckpt/checkpoint_version.txt", "four\n")),
     "version file garbage in eval": BadInput(EVAL, "checkpoint_version.txt",
                                              write("ckpt/checkpoint_version.txt", "four\n")),
+    "a bit flipped in the embeddings": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",
+                                                flip_a_data_bit(CKPT_EMB)),
+    "a bit flipped in the exported embeddings": BadInput(EXPORT, "embeddings_node_0.v4.h5",
+                                                         flip_a_data_bit(CKPT_EMB)),
     "version names missing files": BadInput(TRAIN_MORE, "v5",
                                             write("ckpt/checkpoint_version.txt", "5\n")),
     "embeddings truncated": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import tracemalloc
+import zlib
 
 import h5py
 import numpy as np
@@ -323,6 +325,39 @@ def test_embeddings_are_read_into_a_given_array(local_dir):
     np.testing.assert_array_equal(out, embeddings_of(1, "user", 0))
     with pytest.raises(FormatError, match=r"shape \(5, 4\), expected \(6, 4\)"):
         store.read_embeddings("user", 0, out=np.zeros((6, 4), dtype=np.float32))
+
+
+def flip_a_bit(path, byte):
+    """Flip the lowest bit of byte `byte` of the embeddings' data, as bit rot would."""
+    with h5py.File(path, "r") as file:
+        offset = file["embeddings"].id.get_offset()  # contiguous: the data lies in one run
+    with open(path, "r+b") as file:
+        file.seek(offset + byte)
+        value = file.read(1)[0]
+        file.seek(offset + byte)
+        file.write(bytes([value ^ 1]))
+
+
+def test_a_bit_flipped_at_rest_is_found_by_every_whole_read(tmp_path):
+    store = CheckpointStore(Directory(str(tmp_path)))
+    write_version(store, 1)
+    store.commit(1, CONFIG)
+    path = tmp_path / "embeddings_user_0.v1.h5"
+    with h5py.File(path, "r") as file:
+        assert file["embeddings"].attrs["crc32"] == zlib.crc32(embeddings_of(1, "user", 0))
+    flip_a_bit(path, 4 * 4 * 3 + 1)  # row 3 of 5
+    corrupt = r"embeddings_user_0.v1.h5: corrupt: the embeddings read do not match the CRC-32"
+    with pytest.raises(FormatError, match=corrupt):
+        store.read_embeddings("user", 0)
+    blocks = store.embedding_blocks("user", 0, 1, block_rows=2)
+    assert [start for start, _ in itertools.islice(blocks, 3)] == [0, 2, 4]
+    with pytest.raises(FormatError, match=corrupt):  # once the last block was handed out
+        next(blocks)
+    # A few rows are read without the whole: nothing to check them against.
+    assert store.read_embedding_rows("user", 0, 1, np.array([0])).shape == (1, 4)
+    with h5py.File(path, "r+") as file:  # changed on purpose: the attribute goes
+        del file["embeddings"].attrs["crc32"]
+    store.read_embeddings("user", 0)
 
 
 def write_raw_embeddings(tmp_path, attrs=None, **datasets):

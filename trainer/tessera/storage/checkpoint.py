@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO, Protocol, TypeVar, cast, overload
 
@@ -67,6 +68,10 @@ MetadataValue = str | int | float | bool
 OptimizerState = bytes | Callable[[BinaryIO], object]
 State = TypeVar("State")
 
+# The CRC-32 of a partition's embeddings (their float32 bytes, row after row), an attribute
+# of the dataset: reading the whole partition checks it, so a bit flipped at rest is found
+# before it is trained on or exported. PBG ignores it; files without it are read unchecked.
+CRC32_ATTR = "crc32"
 # PBG stores the optimizer's torch.save() blob as 1-byte opaque HDF5 elements.
 _OPAQUE_BYTE = np.dtype("V1")
 # Embeddings are read in slices of this size (see _read_in_slices).
@@ -181,7 +186,8 @@ class CheckpointStore:
             raise ValueError(f"embeddings must be 2-D [entities, dimension], got {values.shape}")
         with writing_hdf5(self.directory, embeddings_file(entity_type, part, version)) as file:
             _write_metadata(file, metadata)
-            file.create_dataset(EMBEDDINGS_DATASET, data=values)
+            dataset = file.create_dataset(EMBEDDINGS_DATASET, data=values)
+            dataset.attrs[CRC32_ATTR] = np.uint32(zlib.crc32(values.data))
             _write_optimizer_state(file, optimizer_state)
 
     def embeddings_rows(self, entity_type: str, part: int, version: int | None = None) -> int:
@@ -230,7 +236,7 @@ class CheckpointStore:
             elif out.shape != dataset.shape:
                 raise FormatError(url, f"embeddings have shape {dataset.shape}, expected "
                                        f"{out.shape}")
-            _read_in_slices(dataset, out)
+            _check_crc32(dataset, url, _read_in_slices(dataset, out))
             return out, _read_optimizer_state(file, url, read_state)
 
     def embedding_blocks(self, entity_type: str, part: int, version: int, *, block_rows: int,
@@ -244,10 +250,12 @@ class CheckpointStore:
             check_format_version(file, url)
             dataset = _embeddings_dataset(file, url, num_entities, dimension)
             rows, columns = dataset.shape
+            crc = 0
             for start in range(0, rows, max(1, block_rows)):
                 block = np.empty((min(block_rows, rows - start), columns), dtype=np.float32)
-                _read_in_slices(dataset, block, start)
+                crc = _read_in_slices(dataset, block, start, crc)
                 yield start, block
+            _check_crc32(dataset, url, crc)  # before the reader's work counts as done
 
     def read_embedding_rows(self, entity_type: str, part: int, version: int, rows: np.ndarray,
                             *, num_entities: int | None = None,
@@ -608,9 +616,11 @@ def _embeddings_dataset(file: h5py.File, url: str, num_entities: int | None,
     return dataset
 
 
-def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0) -> None:
+def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0,
+                    crc: int = 0) -> int:
     """Read the rows from `first_row` on that fit `out`, in slices of about READ_SLICE_BYTES
-    each, straight into `out`.
+    each, straight into `out`; returns `crc` (the CRC-32 of the rows before) carried over
+    them, each slice taken while it is in the cache.
 
     A remote file object serves each read with a buffer of its size, so one read of a whole
     multi-GB partition would hold it twice in memory; slices bound that to a few MB.
@@ -622,6 +632,21 @@ def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0) 
         if columns:  # HDF5 rejects empty selections
             dataset.read_direct(out, source_sel=np.s_[first_row + start:first_row + stop],
                                 dest_sel=np.s_[start:stop])
+            crc = zlib.crc32(out[start:stop].data, crc)
+    return crc
+
+
+def _check_crc32(dataset: h5py.Dataset, url: str, crc: int) -> None:
+    """Refuse embeddings whose bytes are not those written (when the file says what those
+    were)."""
+    written = dataset.attrs.get(CRC32_ATTR)
+    if written is not None and int(written) != crc:
+        raise FormatError(url, f"corrupt: the embeddings read do not match the CRC-32 written "
+                               f"with them ({crc:08x}, not {int(written):08x}), so bytes changed "
+                               "after they were written; restore the file from a copy, or "
+                               "start again from an earlier checkpoint (epoch_N/); if you "
+                               f"changed them on purpose, delete the dataset's {CRC32_ATTR} "
+                               "attribute")
 
 
 def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
