@@ -355,6 +355,8 @@ ROWS: dict[str, BadInput] = {
                                           "-p", "checkpoint_path=fresh"), "edges/none"),
     "eval on a missing edge path": BadInput((*EVAL[:2], "-p", "edge_paths=edges/none"),
                                             "edges/none"),
+    "eval filtered by a missing edge set": BadInput((*FILTERED, "--filter-paths", "edges/none"),
+                                                    "--filter-paths: edges/none"),
     # Checkpoints.
     "version file garbage": BadInput(TRAIN_MORE, "checkpoint_version.txt",
                                      write("ckpt/checkpoint_version.txt", "four\n")),

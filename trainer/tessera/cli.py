@@ -395,6 +395,7 @@ def _add_eval(commands: Any) -> None:
 
 
 def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .data.graph_data import check_flag_edge_sets
     from .evaluation.command import evaluate_checkpoint
     from .evaluation.output import check_metrics_output
     from .evaluation.splits import choose_split
@@ -402,6 +403,8 @@ def _run_eval(args: argparse.Namespace, reporter: Reporter) -> int:
 
     config = _load(args)
     filter_paths = args.filter_paths or config.edge_paths
+    if args.filtered and args.filter_paths:
+        check_flag_edge_sets(config, "--filter-paths", args.filter_paths)
     if args.split:
         config = dataclasses.replace(config, edge_paths=choose_split(config.edge_paths,
                                                                      args.split))

@@ -6,6 +6,7 @@ because one bucket file mixes relations whose sides may be different entity type
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -205,6 +206,16 @@ def check_has_edges(data: GraphData) -> None:
             raise FormatError(path, f"no edges in this edge set (all {len(sizes)} of its "
                                     "buckets are empty); import edges into it with `tessera "
                                     "import`, or leave it out of edge_paths")
+
+
+def check_flag_edge_sets(config: ConfigSchema, flag: str, paths: list[str]) -> None:
+    """Refuse, naming the command-line `flag` that gave it, a path holding no edge set (or
+    an empty one): found before the work, not as a bad `edge_paths` after it."""
+    for path in paths:
+        try:
+            check_has_edges(GraphData(dataclasses.replace(config, edge_paths=[path])))
+        except BadInputError as error:
+            raise ConfigError(flag, str(error)) from None
 
 
 def check_edge_paths(config: ConfigSchema) -> None:

@@ -8,7 +8,6 @@ interruption finishes the study, and a larger `--trials` adds trials to it.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import apply_overrides, parse_config, read_config_dict
 from ..config.schema import ConfigSchema
-from ..data.graph_data import GraphData, check_has_edges
-from ..errors import BadInputError, ConfigError
+from ..data.graph_data import check_flag_edge_sets
+from ..errors import ConfigError
 from ..log_records import EPOCH, MRR
 from ..progress import Reporter, Task
 from ..storage.fs import Directory
@@ -101,13 +100,8 @@ def check_judging(config: ConfigSchema, options: TuneOptions) -> Judging:
         raise ConfigError("--valid", f"{options.valid_path} is also in edge_paths, which "
                                      "every trial trains on; train on the training split "
                                      "alone (-p edge_paths=...)")
-    for flag, paths in (("--valid", [options.valid_path]),
-                        ("--filter-paths", list(options.filter_paths))):
-        for path in paths:
-            try:
-                check_has_edges(GraphData(dataclasses.replace(config, edge_paths=[path])))
-            except BadInputError as error:
-                raise ConfigError(flag, str(error)) from None
+    check_flag_edge_sets(config, "--valid", [options.valid_path])
+    check_flag_edge_sets(config, "--filter-paths", list(options.filter_paths))
     return Judging(options.valid_path, tuple(options.filter_paths), options.valid_every)
 
 
