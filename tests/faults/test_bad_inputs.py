@@ -385,6 +385,9 @@ ROWS: dict[str, BadInput] = {
     "embeddings of the wrong dimension in neighbors": BadInput(
         NEIGHBORS, "embeddings_node_0.v4.h5", embeddings_of_shape(30, 5)),
     "neighbors of an unknown name": BadInput(("neighbors", "config.yaml", "e1x"), "e1x"),
+    "neighbors with no neighbour": BadInput((*NEIGHBORS, "--k", "0"), "k must be at least 1"),
+    "neighbors in blocks of no row": BadInput((*NEIGHBORS, "--block-rows", "0"),
+                                              "block_rows must be at least 1, got 0"),
     "neighbors through an unknown relation": BadInput((*NEIGHBORS, "--relation", "hates"),
                                                       "hates"),
     "neighbors of an unknown entity type": BadInput((*NEIGHBORS, "--entity-type", "user"),

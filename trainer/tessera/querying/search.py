@@ -62,7 +62,7 @@ class RunningTopK:
 def block_rows_for(num_queries: int, dimension: int, block_rows: int | None = None) -> int:
     """Rows per block: as asked, else as many as keep the block and its scores bounded."""
     if block_rows is not None:
-        return max(1, block_rows)
+        return block_rows
     rows = min(MAX_BLOCK_BYTES // (4 * max(1, dimension)),
                MAX_BLOCK_SCORES // max(1, num_queries))
     return max(1, rows)

@@ -107,6 +107,8 @@ class TrainedModel:
         """
         if k < 1:
             raise BadInputError(f"k must be at least 1, got {k}")
+        if block_rows is not None and block_rows < 1:
+            raise BadInputError(f"block_rows must be at least 1, got {block_rows}")
         relation_side = None if relation is None else self._relation_side(relation, side)
         if relation_side is not None and entity_type is None:
             entity_type = self._scoring.side_types(relation_side.index)[
