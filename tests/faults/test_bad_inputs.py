@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from support.corruption import flip_a_bit
 from support.workspace import CONFIG, EVAL, IMPORT, TRAIN, build_workspace
 
 from tessera.cli import main
@@ -156,16 +157,9 @@ def gzipped_and_cut(name: str, size: int) -> Prepare:
 
 
 def flip_a_data_bit(name: str) -> Prepare:
-    """Flip one bit of the first value of the `embeddings` dataset of `name`: the file is as
-    readable as before, one number differs."""
+    """One bit of the first embedding of `name` flipped (`support.corruption`)."""
     def prepare(root: Path) -> None:
-        with h5py.File(root / name, "r") as file:
-            offset = file["embeddings"].id.get_offset()
-        with open(root / name, "r+b") as file:
-            file.seek(offset)
-            value = file.read(1)[0]
-            file.seek(offset)
-            file.write(bytes([value ^ 1]))
+        flip_a_bit(root / name)
     return prepare
 
 

@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import s3fs
+from support.corruption import flip_a_bit
 
 from tessera.config import parse_config
 from tessera.errors import BadInputError, FormatError
@@ -327,17 +328,6 @@ def test_embeddings_are_read_into_a_given_array(local_dir):
         store.read_embeddings("user", 0, out=np.zeros((6, 4), dtype=np.float32))
 
 
-def flip_a_bit(path, byte):
-    """Flip the lowest bit of byte `byte` of the embeddings' data, as bit rot would."""
-    with h5py.File(path, "r") as file:
-        offset = file["embeddings"].id.get_offset()  # contiguous: the data lies in one run
-    with open(path, "r+b") as file:
-        file.seek(offset + byte)
-        value = file.read(1)[0]
-        file.seek(offset + byte)
-        file.write(bytes([value ^ 1]))
-
-
 def test_a_bit_flipped_at_rest_is_found_by_every_whole_read(tmp_path):
     store = CheckpointStore(Directory(str(tmp_path)))
     write_version(store, 1)
@@ -345,7 +335,7 @@ def test_a_bit_flipped_at_rest_is_found_by_every_whole_read(tmp_path):
     path = tmp_path / "embeddings_user_0.v1.h5"
     with h5py.File(path, "r") as file:
         assert file["embeddings"].attrs["crc32"] == zlib.crc32(embeddings_of(1, "user", 0))
-    flip_a_bit(path, 4 * 4 * 3 + 1)  # row 3 of 5
+    flip_a_bit(path, byte=4 * 4 * 3 + 1)  # row 3 of 5
     corrupt = r"embeddings_user_0.v1.h5: corrupt: the embeddings read do not match the CRC-32"
     with pytest.raises(FormatError, match=corrupt):
         store.read_embeddings("user", 0)
