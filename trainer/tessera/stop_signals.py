@@ -1,16 +1,18 @@
 """Ctrl-C and SIGTERM as exceptions in the main thread, raised again where one was lost.
 
 Python runs a signal's handler between two bytecodes of the main thread, wherever it is; an
-exception raised there while a weakref callback or a `__del__` runs is printed and dropped,
-and the run would go on (or end with a dead worker's error). So the handler also records the
-signal, and the training loop calls `raise_if_stopped` where stopping is safe: before each
-bucket, at each poll of the worker processes, and in thread workers before each batch, which
-therefore stop with the run rather than at the end of their share of the bucket.
+exception raised there while a weakref callback or a `__del__` runs is dropped, and the run
+would go on (or end with a dead worker's error). So the handler also records the signal, and
+the training loop calls `raise_if_stopped` where stopping is safe: before each bucket, at each
+poll of the worker processes, and in thread workers before each batch, which therefore stop
+with the run rather than at the end of their share of the bucket. Python would also print the
+dropped exception with its traceback; the stop says its one line when it is raised again.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 
 _received: int | None = None
 
@@ -24,6 +26,7 @@ def install_stop_handlers() -> None:
     """Handle Ctrl-C and SIGTERM in this process (the command's, not a library user's)."""
     signal.signal(signal.SIGINT, _on_stop_signal)
     signal.signal(signal.SIGTERM, _on_stop_signal)
+    sys.unraisablehook = _quiet_about_dropped_stops(sys.unraisablehook)
 
 
 def raise_if_stopped() -> None:
@@ -36,6 +39,14 @@ def _on_stop_signal(signum: int, frame: object) -> None:
     global _received
     _received = signum
     raise _exception(signum)
+
+
+def _quiet_about_dropped_stops(report_unraisable):  # noqa: ANN001, ANN202 - sys's own hook type
+    """Pass on every exception Python drops but a stop, which `raise_if_stopped` raises again."""
+    def hook(unraisable) -> None:  # noqa: ANN001 - sys.UnraisableHookArgs
+        if not isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            report_unraisable(unraisable)
+    return hook
 
 
 def _exception(signum: int) -> BaseException:
