@@ -13,8 +13,11 @@ from __future__ import annotations
 import fnmatch
 import gzip
 import hashlib
+import io
 import json
 import shutil
+import struct
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,10 +159,24 @@ def gzipped_and_cut(name: str, size: int) -> Prepare:
     return prepare
 
 
-def flip_a_data_bit(name: str) -> Prepare:
-    """One bit of the first embedding of `name` flipped (`support.corruption`)."""
+def flip_a_data_bit(name: str, dataset: str = "embeddings", byte: int = 0) -> Prepare:
+    """One bit of byte `byte` of `dataset` in `name` flipped (`support.corruption`)."""
     def prepare(root: Path) -> None:
-        flip_a_bit(root / name)
+        flip_a_bit(root / name, dataset, byte)
+    return prepare
+
+
+def flip_a_state_bit(name: str) -> Prepare:
+    """One bit of a tensor's value in the optimizer state of `name` flipped: torch.load reads
+    the changed number without complaint."""
+    def prepare(root: Path) -> None:
+        with h5py.File(root / name, "r") as file:
+            state = file["optimizer/state_dict"][()].tobytes()
+        record = next(info for info in zipfile.ZipFile(io.BytesIO(state)).infolist()
+                      if "/data/" in info.filename)  # a tensor's bytes, stored uncompressed
+        name_length, extra_length = struct.unpack_from("<HH", state, record.header_offset + 26)
+        data_start = record.header_offset + 30 + name_length + extra_length
+        flip_a_bit(root / name, "optimizer/state_dict", data_start + 1)
     return prepare
 
 
@@ -189,6 +206,7 @@ def aliases_expanding_to(depth: int) -> Prepare:
 CKPT_EMB = "ckpt/embeddings_node_0.v4.h5"
 CKPT_MODEL = "ckpt/model.v4.h5"
 BUCKET = "edges/train/edges_0_1.h5"
+
 
 
 @dataclass(frozen=True)
@@ -360,6 +378,11 @@ ROWS: dict[str, BadInput] = {
                                                 flip_a_data_bit(CKPT_EMB)),
     "a bit flipped in the exported embeddings": BadInput(EXPORT, "embeddings_node_0.v4.h5",
                                                          flip_a_data_bit(CKPT_EMB)),
+    "a bit flipped in the optimizer state": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",
+                                                     flip_a_state_bit(CKPT_EMB)),
+    "a bit flipped in the model": BadInput(
+        TRAIN_MORE, "model.v4.h5",
+        flip_a_data_bit(CKPT_MODEL, "model/relations/0/operator/rhs/translation")),
     "version names missing files": BadInput(TRAIN_MORE, "v5",
                                             write("ckpt/checkpoint_version.txt", "5\n")),
     "embeddings truncated": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",

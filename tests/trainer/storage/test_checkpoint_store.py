@@ -350,6 +350,46 @@ def test_a_bit_flipped_at_rest_is_found_by_every_whole_read(tmp_path):
     store.read_embeddings("user", 0)
 
 
+def test_a_bit_flipped_in_a_parameter_or_an_optimizer_state_is_found(tmp_path):
+    store = CheckpointStore(Directory(str(tmp_path)))
+    write_version(store, 1)
+    store.commit(1, CONFIG)
+    model, embeddings = tmp_path / "model.v1.h5", tmp_path / "embeddings_user_0.v1.h5"
+    parameter = "model/relations/0/operator/rhs/translation"
+    with h5py.File(model, "r") as file:
+        assert file[parameter].attrs["crc32"] == zlib.crc32(params_of(1)[parameter[6:]][1])
+        assert file["optimizer/state_dict"].attrs["crc32"] == zlib.crc32(optimizer_state_of(1))
+    flip_a_bit(model, parameter, byte=5)
+    with pytest.raises(FormatError, match=rf"model.v1.h5: corrupt: the values of '/{parameter}' "
+                                          "read do not match the CRC-32"):
+        store.read_model()
+    flip_a_bit(embeddings, "optimizer/state_dict", byte=3)
+    state = r"embeddings_user_0.v1.h5: corrupt: the optimizer state's bytes read do not match"
+    with pytest.raises(FormatError, match=state):
+        store.read_embeddings("user", 0)
+    with pytest.raises(FormatError, match=state):  # when torch.load would read it, too
+        store.read_embeddings("user", 0, read_state=lambda file: file.read())
+    with h5py.File(model, "r+") as file:  # changed on purpose: the attributes go
+        del file[parameter].attrs["crc32"]
+    with h5py.File(embeddings, "r+") as file:
+        del file["optimizer/state_dict"].attrs["crc32"]
+    assert store.read_model()[0]["relations/0/operator/rhs/translation"][1][1] != 1
+    assert store.read_embeddings("user", 0)[1] != optimizer_state_of(1, "user", 0)
+
+
+def test_a_state_saved_in_pieces_has_the_crc32_of_them_all(tmp_path):
+    def save(file):
+        for piece in (b"ab", memoryview(np.arange(3, dtype=np.int64)), b"", b"z"):
+            file.write(piece)
+
+    store = CheckpointStore(Directory(str(tmp_path)))
+    store.write_embeddings(1, "user", 0, embeddings_of(1, "user", 0), save)
+    whole = b"ab" + np.arange(3, dtype=np.int64).tobytes() + b"z"
+    with h5py.File(tmp_path / "embeddings_user_0.v1.h5", "r") as file:
+        assert file["optimizer/state_dict"].attrs["crc32"] == zlib.crc32(whole)
+    assert store.read_embeddings("user", 0, 1)[1] == whole
+
+
 def write_raw_embeddings(tmp_path, attrs=None, **datasets):
     (tmp_path / "checkpoint_version.txt").write_text("3\n")
     with h5py.File(tmp_path / "embeddings_user_0.v3.h5", "w") as file:

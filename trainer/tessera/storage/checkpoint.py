@@ -68,14 +68,17 @@ MetadataValue = str | int | float | bool
 OptimizerState = bytes | Callable[[BinaryIO], object]
 State = TypeVar("State")
 
-# The CRC-32 of a partition's embeddings (their float32 bytes, row after row), an attribute
-# of the dataset: reading the whole partition checks it, so a bit flipped at rest is found
-# before it is trained on or exported. PBG ignores it; files without it are read unchecked.
+# The CRC-32 of a dataset's bytes as written (a partition's embeddings row after row, a model
+# parameter, an optimizer state), an attribute of the dataset: reading checks it, so a bit
+# flipped at rest is found before it is trained on or exported. PBG ignores it; datasets
+# without it are read unchecked.
 CRC32_ATTR = "crc32"
 # PBG stores the optimizer's torch.save() blob as 1-byte opaque HDF5 elements.
 _OPAQUE_BYTE = np.dtype("V1")
 # Embeddings are read in slices of this size (see _read_in_slices).
 READ_SLICE_BYTES = 8 * 2**20
+# An optimizer state's CRC-32 is taken in pieces of this size, the state read whole after it.
+STATE_CHECK_BYTES = 2**18
 
 _VERSIONED_FILE = re.compile(r"(?:model|embeddings_.+_\d+)\.v(\d+)\.h5")
 _NON_NEGATIVE_INTEGER = re.compile(r"[0-9]+")
@@ -236,7 +239,7 @@ class CheckpointStore:
             elif out.shape != dataset.shape:
                 raise FormatError(url, f"embeddings have shape {dataset.shape}, expected "
                                        f"{out.shape}")
-            _check_crc32(dataset, url, _read_in_slices(dataset, out))
+            _check_crc32(dataset, url, _read_in_slices(dataset, out), "the embeddings")
             return out, _read_optimizer_state(file, url, read_state)
 
     def embedding_blocks(self, entity_type: str, part: int, version: int, *, block_rows: int,
@@ -255,7 +258,7 @@ class CheckpointStore:
                 block = np.empty((min(block_rows, rows - start), columns), dtype=np.float32)
                 crc = _read_in_slices(dataset, block, start, crc)
                 yield start, block
-            _check_crc32(dataset, url, crc)  # before the reader's work counts as done
+            _check_crc32(dataset, url, crc, "the embeddings")  # before the reader's work counts
 
     def read_embedding_rows(self, entity_type: str, part: int, version: int, rows: np.ndarray,
                             *, num_entities: int | None = None,
@@ -288,8 +291,10 @@ class CheckpointStore:
             _write_metadata(file, metadata)
             group = file.create_group(MODEL_GROUP, track_order=True)
             for public_name, (state_dict_key, values) in params.items():
-                dataset = group.create_dataset(public_name, data=np.asarray(values))
+                values = np.ascontiguousarray(values)
+                dataset = group.create_dataset(public_name, data=values)
                 dataset.attrs[STATE_DICT_KEY_ATTR] = state_dict_key
+                dataset.attrs[CRC32_ATTR] = np.uint32(zlib.crc32(values.data))
             _write_optimizer_state(file, optimizer_state)
 
     def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
@@ -636,13 +641,13 @@ def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0,
     return crc
 
 
-def _check_crc32(dataset: h5py.Dataset, url: str, crc: int) -> None:
-    """Refuse embeddings whose bytes are not those written (when the file says what those
+def _check_crc32(dataset: h5py.Dataset, url: str, crc: int, what: str) -> None:
+    """Refuse a dataset whose bytes are not those written (when the file says what those
     were)."""
     written = dataset.attrs.get(CRC32_ATTR)
     if written is not None and int(written) != crc:
-        raise FormatError(url, f"corrupt: the embeddings read do not match the CRC-32 written "
-                               f"with them ({crc:08x}, not {int(written):08x}), so bytes changed "
+        raise FormatError(url, f"corrupt: {what} read do not match the CRC-32 written with "
+                               f"them ({crc:08x}, not {int(written):08x}), so bytes changed "
                                "after they were written; restore the file from a copy, or "
                                "start again from an earlier checkpoint (epoch_N/); if you "
                                f"changed them on purpose, delete the dataset's {CRC32_ATTR} "
@@ -661,7 +666,9 @@ def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
         if STATE_DICT_KEY_ATTR not in item.attrs:
             raise FormatError(url, f"dataset '{MODEL_GROUP}/{public_name}' has no "
                                    f"'{STATE_DICT_KEY_ATTR}' attribute")
-        params[public_name] = (str(_plain(item.attrs[STATE_DICT_KEY_ATTR])), item[()])
+        values = np.ascontiguousarray(item[()])
+        _check_crc32(item, url, zlib.crc32(values.data), f"the values of '{item.name}'")
+        params[public_name] = (str(_plain(item.attrs[STATE_DICT_KEY_ATTR])), values)
 
     group.visititems(collect)
     return params
@@ -671,36 +678,38 @@ def _write_optimizer_state(file: h5py.File, state: OptimizerState | None) -> Non
     if state is None:
         return
     save = state if callable(state) else (lambda target: target.write(state))
-    size = _bytes_saved(save)
+    counter = _CountingWriter()
+    save(cast(BinaryIO, counter))  # a binary file that only counts
     # Opaque bytes ("V1"), as PBG writes them; a uint8 array reads back the same.
-    dataset = file.create_dataset(OPTIMIZER_STATE_DATASET, shape=(size,), dtype=_OPAQUE_BYTE)
-    target = DatasetFile(dataset)
+    dataset = file.create_dataset(OPTIMIZER_STATE_DATASET, shape=(counter.count,),
+                                  dtype=_OPAQUE_BYTE)
+    target = _CountingWriter(DatasetFile(dataset))
     save(cast(BinaryIO, target))
-    if target.tell() != size:
-        raise ValueError(f"the optimizer state was {size} bytes, then {target.tell()} when "
-                         "saved again: a state must save the same bytes each time")
+    if target.count != counter.count:
+        raise ValueError(f"the optimizer state was {counter.count} bytes, then {target.count} "
+                         "when saved again: a state must save the same bytes each time")
+    dataset.attrs[CRC32_ATTR] = np.uint32(target.crc)
 
 
-class _ByteCounter(io.RawIOBase):
-    """A binary file that keeps only how many bytes were written into it."""
+class _CountingWriter(io.RawIOBase):
+    """A binary file written front to back that keeps how many bytes it took and their CRC-32,
+    and passes them on to `target`, if any."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: BinaryIO | io.RawIOBase | None = None) -> None:
         super().__init__()
+        self.target = target
         self.count = 0
+        self.crc = 0
 
     def writable(self) -> bool:
         return True
 
     def write(self, buffer: Any) -> int:
-        size = memoryview(buffer).nbytes
+        data = memoryview(buffer).cast("B")
+        size = data.nbytes if self.target is None else self.target.write(data) or 0
         self.count += size
+        self.crc = zlib.crc32(data[:size], self.crc)
         return size
-
-
-def _bytes_saved(save: Callable[[BinaryIO], object]) -> int:
-    counter = _ByteCounter()
-    save(cast(BinaryIO, counter))  # a binary file that only counts
-    return counter.count
 
 
 def _read_optimizer_state(file: h5py.File, url: str,
@@ -711,7 +720,16 @@ def _read_optimizer_state(file: h5py.File, url: str,
     if dataset.ndim != 1 or dataset.dtype.itemsize != 1:
         raise FormatError(url, f"'{OPTIMIZER_STATE_DATASET}' must be a 1-D array of bytes, "
                                f"found shape {dataset.shape} of {dataset.dtype}")
+    if read is unread:
+        return None
     source = DatasetFile(dataset)
+    if CRC32_ATTR in dataset.attrs:  # checked before torch.load, which reads it out of order
+        buffer = memoryview(bytearray(min(len(dataset), STATE_CHECK_BYTES)))
+        crc = 0
+        while count := source.readinto(buffer):
+            crc = zlib.crc32(buffer[:count], crc)
+        _check_crc32(dataset, url, crc, "the optimizer state's bytes")
+        source.seek(0)
     return source.read() if read is None else read(cast(BinaryIO, source))
 
 
