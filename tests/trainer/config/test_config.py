@@ -110,6 +110,9 @@ def test_minimal_config_parses_into_typed_objects() -> None:
         ({"disable_lhs_negs": True, "disable_rhs_negs": True}, "disable_rhs_negs", "both"),
         ({"reciprocal_relations": True, "disable_rhs_negs": True}, "disable_rhs_negs",
          "reciprocal_relations"),
+        ({"reciprocal_relations": True, "dynamic_relations": True, "relations": [
+            {"name": "a", "lhs": "user", "rhs": "item", "all_negs": True}]},
+         "reciprocal_relations", "disable_lhs_negs: true"),
         ({"num_degree_negs": -1}, "num_degree_negs", "at least 0"),
         ({"half_precision": True}, "half_precision", "GPU"),
         ({"partition_cache_gb": 4, "num_machines": 2}, "partition_cache_gb", "num_machines > 1"),

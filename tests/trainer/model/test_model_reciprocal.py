@@ -7,6 +7,7 @@ halves) and the softmax loss over every other entity, summed over both direction
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from tessera.edgelist import EdgeList
-from tessera.errors import FormatError
+from tessera.errors import ConfigError, FormatError
 from tessera.model import EmbeddingModel
 from tessera.model.closed_form import supports_closed_form
 from tessera.model.gradients import batch_gradients
@@ -195,6 +196,55 @@ def test_dynamic_relations_get_inverse_rows_and_the_inverse_types(make_config) -
     torch.testing.assert_close(result.lhs_pos_scores, expected.diagonal())
     assert reversed_edges(edges, 3).rel.tolist() == [3, 5, 4]
     assert model.relation_of(4).lhs == "item" and model.relation_of(1).lhs == "user"
+
+
+def test_against_every_entity_an_inverse_only_mirrors_its_relation_so_it_is_refused(
+        make_config) -> None:
+    """Why `reciprocal_relations` is refused with dynamic relations, all_negs and both sides
+    corrupted: r's left-hand operator ranks left-hand sides against every entity, as r⁻¹'s
+    right-hand one ranks them. With r⁻¹'s operators r's exchanged, a batch gives r⁻¹ r's
+    gradients exchanged and the entities twice the gradients of the model without reciprocal
+    relations (which row-wise Adagrad's step does not see): the mirror holds step after
+    step, and training twice the work trains the same model."""
+    settings: dict[str, Any] = {
+        "dynamic_relations": True, "dimension": DIM, "comparator": "dot", "loss_fn": "softmax",
+        "global_emb": False, "regularization_coef": 0.1,
+        "relations": [{"name": "r", "lhs": "node", "rhs": "node",
+                       "operator": "complex_diagonal", "all_negs": True}]}
+    with pytest.raises(ConfigError, match="reciprocal_relations: .* exact mirror"):
+        make_config(reciprocal_relations=True, **settings)
+    plain = moved(EmbeddingModel(make_config(**settings), 2))
+    reciprocal = EmbeddingModel(dataclasses.replace(plain.config, reciprocal_relations=True), 2)
+    mirrored = {("lhs", "real"): ("rhs", "real"), ("lhs", "imag"): ("rhs", "imag"),
+                ("rhs", "real"): ("lhs", "real"), ("rhs", "imag"): ("lhs", "imag")}
+
+    def parameter(model: EmbeddingModel, side: str, name: str) -> torch.nn.Parameter:
+        return getattr(getattr(model, f"{side}_operators")[0], name)
+
+    with torch.no_grad():
+        for (side, name), (other, _) in mirrored.items():
+            parameter(reciprocal, side, name)[:2] = parameter(plain, side, name)
+            parameter(reciprocal, side, name)[2:] = parameter(plain, other, name)
+    table = torch.randn(ROWS, DIM, generator=torch.Generator().manual_seed(4))
+    edges = EdgeList.from_ids(torch.tensor([0, 1, 1, 0, 1]), EDGES.lhs.ids, EDGES.rhs.ids)
+
+    def entity_gradients(model: EmbeddingModel) -> tuple[torch.Tensor, float]:
+        step = batch_gradients(model, edges, table, table, num_batch_negs=0,
+                               num_uniform_negs=0)
+        dense = torch.zeros(ROWS, DIM)
+        for rows in step.rows:
+            dense.index_add_(0, rows.rows, rows.grads)
+        return dense, float(step.loss)
+
+    plain_gradients, plain_loss = entity_gradients(plain)
+    reciprocal_gradients, reciprocal_loss = entity_gradients(reciprocal)
+    torch.testing.assert_close(reciprocal_gradients, 2 * plain_gradients)
+    assert reciprocal_loss == pytest.approx(2 * plain_loss)
+    for (side, name), (other, _) in mirrored.items():
+        gradient = parameter(reciprocal, side, name).grad
+        assert gradient is not None
+        torch.testing.assert_close(gradient[:2], parameter(plain, side, name).grad)
+        torch.testing.assert_close(gradient[2:], parameter(plain, other, name).grad)
 
 
 def test_training_ranks_both_sides_through_right_hand_corruptions_only(make_config) -> None:

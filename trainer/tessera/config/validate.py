@@ -206,3 +206,12 @@ def _check_corrupted_sides(config: ConfigSchema) -> None:
                           "the right-hand side of one direction, so right-hand negatives are "
                           "needed; set disable_rhs_negs: false (disable_lhs_negs: true "
                           "trains each direction on its right-hand side only)")
+    if (config.reciprocal_relations and config.dynamic_relations and not config.disable_lhs_negs
+            and config.relations[0].all_negs):
+        # Each relation's left-hand operator already ranks left-hand sides; against every
+        # entity (no draws), r's inverse is trained as that operator's exact mirror.
+        raise ConfigError("reciprocal_relations", "with dynamic_relations, all_negs and both "
+                          "sides corrupted, each inverse relation trains as an exact mirror of "
+                          "its relation's left-hand operator: the model trained without "
+                          "reciprocal_relations, for twice the work; set disable_lhs_negs: true "
+                          "(the 1-vs-all setting), or reciprocal_relations: false")
