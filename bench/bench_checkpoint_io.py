@@ -1,12 +1,14 @@
-"""Checkpoint partition I/O: how long `CheckpointStore` takes to write and to read back one
-partition of embeddings on a local disk, and what share of that its CRC-32 is.
+"""Checksummed file I/O: how long `CheckpointStore` takes to write and to read back one
+partition of embeddings on a local disk, and an edge bucket of --edges edges, and what share
+of that their CRC-32 is.
 
 One partition of --rows x --dimension float32 values (random, seeded) is written as a
-version's embeddings file and read back whole, --repeats times each in turn; the table gives
-the medians, the rate over the embeddings' bytes, and the time `zlib.crc32` alone takes over
-the same bytes (computed once on write and carried over the slices on read). The files are in
---dir (default bench/output/checkpoint_io), so the page cache usually serves the reads: the
-worst case for the checksum's share. Run it at two commits to compare them.
+version's embeddings file and read back whole, --repeats times each in turn; then a bucket
+(`write_bucket`, `read_bucket` of every row). The table gives the medians, the rate over the
+bytes, and the time `zlib.crc32` alone takes over the same bytes (computed once on write and
+carried over the slices on read). The files are in --dir (default
+bench/output/checkpoint_io), so the page cache usually serves the reads: the worst case for
+the checksum's share. Run it at two commits to compare them.
 
     python bench/bench_checkpoint_io.py                        # 1M rows x 100 (400 MB)
     python bench/bench_checkpoint_io.py --rows 200000 --dimension 400 --repeats 3
@@ -27,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
 from tessera.storage.checkpoint import CheckpointStore  # noqa: E402
+from tessera.storage.edges import read_bucket, write_bucket  # noqa: E402
 from tessera.storage.fs import Directory  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parent / "output" / "checkpoint_io"
@@ -42,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dimension", type=int, default=100)
+    parser.add_argument("--edges", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=OUTPUT)
     args = parser.parse_args()
@@ -57,15 +61,28 @@ def main() -> None:
         times["read"].append(timed(store.read_embeddings, "node", 0, version, out=out))
         times["crc32"].append(timed(zlib.crc32, values))
     assert np.array_equal(out, values)
-    megabytes = values.nbytes / 1e6
-    print(f"one partition: {args.rows:,} rows x {args.dimension} ({megabytes:,.0f} MB), "
-          f"medians of {args.repeats}")
+    report(f"one partition: {args.rows:,} rows x {args.dimension}", values.nbytes, times,
+           args.repeats)
+
+    columns = np.random.default_rng(1).integers(0, 1000, (3, args.edges))
+    edges = Directory(str(args.dir / "edges"))
+    times = {"write": [], "read": [], "crc32": []}
+    for _ in range(args.repeats):
+        times["write"].append(timed(write_bucket, edges, 0, 0, *columns))
+        times["read"].append(timed(read_bucket, edges, 0, 0, num_relations=1000))
+        times["crc32"].append(sum(timed(zlib.crc32, column) for column in columns))
+    report(f"one bucket: {args.edges:,} edges", columns.nbytes, times, args.repeats)
+    shutil.rmtree(args.dir, ignore_errors=True)
+
+
+def report(what: str, size: int, times: dict[str, list[float]], repeats: int) -> None:
+    megabytes = size / 1e6
+    print(f"{what} ({megabytes:,.0f} MB), medians of {repeats}")
     print(f"| {'step':<6} | {'seconds':>8} | {'MB/s':>8} |")
     print(f"|{'-' * 8}|{'-' * 9}:|{'-' * 9}:|")
     for step, measured in times.items():
         seconds = statistics.median(measured)
         print(f"| {step:<6} | {seconds:>8.3f} | {megabytes / seconds:>8,.0f} |")
-    shutil.rmtree(args.dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -380,6 +380,9 @@ ROWS: dict[str, BadInput] = {
                                                          flip_a_data_bit(CKPT_EMB)),
     "a bit flipped in the optimizer state": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",
                                                      flip_a_state_bit(CKPT_EMB)),
+    "a bit flipped in an edge bucket": BadInput(  # read whole by eval: checked
+        (*EVAL, "-p", "edge_paths=edges/train"), "edges_0_1.h5",
+        flip_a_data_bit(BUCKET, "lhs", 8)),
     "a bit flipped in the model": BadInput(
         TRAIN_MORE, "model.v4.h5",
         flip_a_data_bit(CKPT_MODEL, "model/relations/0/operator/rhs/translation")),

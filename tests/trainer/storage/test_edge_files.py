@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+import zlib
 
 import h5py
 import numpy as np
 import pytest
 import s3fs
+from support.corruption import flip_a_bit
 
 from tessera.errors import BadInputError, FormatError
 from tessera.storage import edges as edges_module
@@ -125,6 +127,44 @@ def test_writer_files_are_exactly_pbgs_layout_when_opened_with_h5py_alone(tmp_pa
             # Less than a chunk: written at its exact size; more: in chunks, as it grew.
             assert dataset.chunks == (None if num_edges < CHUNK_ROWS else (CHUNK_ROWS,))
             np.testing.assert_array_equal(dataset[...], expected)
+
+
+@pytest.mark.parametrize("num_edges", [100, CHUNK_ROWS + 100])
+def test_each_column_carries_the_crc32_of_its_rows_as_read(tmp_path, num_edges):
+    directory = fs_module.Directory(str(tmp_path))
+    rel, lhs, rhs = random_edges(num_edges)
+    with open_bucket_writer(directory, 0, 1) as writer:
+        for start in range(0, num_edges, 1000):  # relation ids given as int32, read as int64
+            writer.append(rel[start:start + 1000].astype(np.int32), lhs[start:start + 1000],
+                          rhs[start:start + 1000])
+    with h5py.File(tmp_path / "edges_0_1.h5", "r") as file:
+        for key, values in (("rel", rel), ("lhs", lhs), ("rhs", rhs)):
+            assert file[key].attrs["crc32"] == zlib.crc32(values.astype(np.int64))
+    assert len(read_bucket(directory, 0, 1, num_relations=3)) == num_edges
+
+
+def test_a_bit_flipped_at_rest_in_a_column_is_found_by_a_whole_read(tmp_path):
+    directory = fs_module.Directory(str(tmp_path))
+    rel, lhs, rhs = random_edges(100)
+    write_bucket(directory, 0, 1, rel, lhs, rhs)
+    path = tmp_path / "edges_0_1.h5"
+    flip_a_bit(path, "lhs", byte=8 * 5)  # row 5's lowest byte: an id in range all the same
+    with pytest.raises(FormatError, match=r"edges_0_1.h5: corrupt: the rows of 'lhs' read do "
+                                          "not match the CRC-32 written with them"):
+        read_bucket(directory, 0, 1, num_lhs=51)
+    # A part of the column has nothing to be checked against.
+    assert read_bucket(directory, 0, 1, 0, 50).lhs[5] == lhs[5] ^ 1
+    with h5py.File(path, "r+") as file:  # changed on purpose: the attribute goes
+        del file["lhs"].attrs["crc32"]
+    assert read_bucket(directory, 0, 1).lhs[5] == lhs[5] ^ 1
+
+
+def test_a_bit_flipped_in_a_featurized_column_is_found(local_dir, tmp_path):
+    with open_bucket_writer(local_dir, 0, 0) as writer:
+        writer.append([0, 1, 2], [-1, -1, -1], [7, 8, 9], lhs_features=([0, 2, 2, 3], [4, 5, 6]))
+    flip_a_bit(tmp_path / "store" / "edges_0_0.h5", "lhsd_data", byte=8)  # 5 becomes 4
+    with pytest.raises(FormatError, match="corrupt: the rows of 'lhsd_data' read"):
+        read_bucket(local_dir, 0, 0, num_lhs=7)
 
 
 def test_a_small_bucket_takes_the_disk_its_edges_need(tmp_path):

@@ -40,8 +40,10 @@ from ..config.redaction import redacted
 from ..errors import BadInputError, FormatError, TesseraError, TransientError
 from .fs import Directory, StorageSettings
 from .hdf5 import (
+    CRC32_ATTR,
     FORMAT_VERSION_ATTR,
     DatasetFile,
+    check_crc32,
     check_format_version,
     reading_hdf5,
     writing_hdf5,
@@ -68,11 +70,6 @@ MetadataValue = str | int | float | bool
 OptimizerState = bytes | Callable[[BinaryIO], object]
 State = TypeVar("State")
 
-# The CRC-32 of a dataset's bytes as written (a partition's embeddings row after row, a model
-# parameter, an optimizer state), an attribute of the dataset: reading checks it, so a bit
-# flipped at rest is found before it is trained on or exported. PBG ignores it; datasets
-# without it are read unchecked.
-CRC32_ATTR = "crc32"
 # PBG stores the optimizer's torch.save() blob as 1-byte opaque HDF5 elements.
 _OPAQUE_BYTE = np.dtype("V1")
 # Embeddings are read in slices of this size (see _read_in_slices).
@@ -642,16 +639,8 @@ def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0,
 
 
 def _check_crc32(dataset: h5py.Dataset, url: str, crc: int, what: str) -> None:
-    """Refuse a dataset whose bytes are not those written (when the file says what those
-    were)."""
-    written = dataset.attrs.get(CRC32_ATTR)
-    if written is not None and int(written) != crc:
-        raise FormatError(url, f"corrupt: {what} read do not match the CRC-32 written with "
-                               f"them ({crc:08x}, not {int(written):08x}), so bytes changed "
-                               "after they were written; restore the file from a copy, or "
-                               "start again from an earlier checkpoint (epoch_N/); if you "
-                               f"changed them on purpose, delete the dataset's {CRC32_ATTR} "
-                               "attribute")
+    check_crc32(dataset, url, crc, what, "restore the file from a copy, or start again from an "
+                                         "earlier checkpoint (epoch_N/)")
 
 
 def _read_parameters(file: h5py.File, url: str) -> ModelParameters:

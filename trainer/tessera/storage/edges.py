@@ -6,7 +6,8 @@ and `rhs` (offsets within the partitions) and the root attribute `format_version
 featurized side also has PBG's ragged datasets `{side}d_offsets` (one more row than there are
 edges, starting at 0) and `{side}d_data` (the feature ids); its `lhs`/`rhs` rows are -1 (PBG
 requires it). `tessera import` adds `{side}d_entities`, which PBG never reads: the index of
-each edge's entity in `entity_features_{type}.h5`, for filtered evaluation.
+each edge's entity in `entity_features_{type}.h5`, for filtered evaluation. Each dataset it
+writes carries the CRC-32 of its rows, checked whenever the whole column is read.
 
 Datasets are chunked in modest pieces so that reading rows [start, stop) from an object store
 fetches little more than those rows.
@@ -15,6 +16,7 @@ fetches little more than those rows.
 from __future__ import annotations
 
 import contextlib
+import zlib
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -24,7 +26,7 @@ import numpy as np
 
 from ..errors import FormatError
 from .fs import Directory
-from .hdf5 import check_format_version, reading_hdf5, writing_hdf5
+from .hdf5 import CRC32_ATTR, check_crc32, check_format_version, reading_hdf5, writing_hdf5
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -39,6 +41,7 @@ EDGE_DATASETS = ("rel", "lhs", "rhs")
 CHUNK_ROWS = 2**16
 
 _IMPORT_HINT = "; run `tessera import` to create it, or fix edge_paths"
+_REIMPORT = "run `tessera import` again, or restore the file from a copy"
 
 Features = tuple[np.ndarray, np.ndarray]  # (offsets [n + 1] from 0, data [offsets[-1]])
 
@@ -80,9 +83,12 @@ class _AppendableDataset:
         self.pending: list[np.ndarray] = []
         self.pending_rows = 0
         self.total = 0
+        self.crc = 0  # of every row appended, in order
 
     def append(self, values: np.ndarray) -> None:
         self.total += len(values)
+        # as read back: int64 rows (a copy only of other integers, or of a strided view)
+        self.crc = zlib.crc32(np.ascontiguousarray(values, dtype=np.int64).data, self.crc)
         if len(values) >= CHUNK_ROWS:  # large enough to write as is, without a copy
             self.flush()
             self._write(values)
@@ -102,10 +108,11 @@ class _AppendableDataset:
         """Write what is pending; a dataset still not created gets exactly its rows."""
         if self.dataset is None:
             rows = np.concatenate(self.pending) if self.pending else np.empty(0, np.int64)
-            self.file.create_dataset(self.name, data=rows)
+            self.dataset = self.file.create_dataset(self.name, data=rows)
             self.pending, self.pending_rows = [], 0
         else:
             self.flush()
+        self.dataset.attrs[CRC32_ATTR] = np.uint32(self.crc)
 
     def _write(self, values: np.ndarray) -> None:
         if self.dataset is None:
@@ -255,9 +262,9 @@ def read_bucket(directory: Directory, lhs_part: int, rhs_part: int, start: int =
         if num_relations == 1:
             rel = _read_single_relation(file["rel"], start, stop, url)
         else:
-            rel = _read_rows(file["rel"], start, stop)
+            rel = _read_rows(file["rel"], start, stop, url)
             _check_ids(url, "rel", rel, num_relations, start)
-        lhs, rhs = (_read_rows(file[key], start, stop) for key in ("lhs", "rhs"))
+        lhs, rhs = (_read_rows(file[key], start, stop, url) for key in ("lhs", "rhs"))
         lhs_offsets, lhs_data = _read_features(file, "lhs", start, stop, url)
         rhs_offsets, rhs_data = _read_features(file, "rhs", start, stop, url)
     _check_ids(url, "lhs", lhs, num_lhs, start, lhs_offsets, lhs_data)
@@ -279,7 +286,7 @@ def read_featurized_entity_ids(directory: Directory, lhs_part: int, rhs_part: in
         if not isinstance(dataset, h5py.Dataset) or dataset.shape != (length,):
             raise FormatError(url, f"'{side}d_entities' must be 1-D with one row per edge "
                                    f"({length})")
-        return _read_rows(dataset, 0, length)
+        return _read_rows(dataset, 0, length, url)
 
 
 def _checked_length(file: h5py.File, url: str) -> int:
@@ -306,18 +313,27 @@ def _read_single_relation(dataset: h5py.Dataset, start: int, stop: int,
     is checked to be 0, a block at a time, and the column returned is a broadcast view of
     one 0, so that a bucket held for training keeps no third column."""
     block = np.empty(max(min(CHUNK_ROWS, stop - start), 1), dtype=np.int64)  # a chunk at a time
+    crc = 0
     for first in range(start, stop, len(block)):
         rows = block[:min(len(block), stop - first)]
         dataset.read_direct(rows, source_sel=np.s_[first:first + len(rows)])
         _check_ids(url, "rel", rows, 1, first)
+        crc = zlib.crc32(rows.data, crc)
+    if start == 0 and stop == dataset.shape[0]:
+        check_crc32(dataset, url, crc, "the rows of 'rel'", _REIMPORT)
     return np.lib.stride_tricks.as_strided(np.zeros(1, dtype=np.int64), shape=(stop - start,),
                                            strides=(0,))
 
 
-def _read_rows(dataset: h5py.Dataset, start: int, stop: int) -> np.ndarray:
+def _read_rows(dataset: h5py.Dataset, start: int, stop: int, url: str) -> np.ndarray:
+    """Rows [start, stop) of a column; all of them are checked against its CRC-32 (a part has
+    nothing to be checked against)."""
     rows = np.empty(stop - start, dtype=np.int64)
     if stop > start:  # HDF5 rejects empty selections
         dataset.read_direct(rows, source_sel=np.s_[start:stop])
+    if start == 0 and stop == dataset.shape[0]:
+        check_crc32(dataset, url, zlib.crc32(rows.data),
+                    f"the rows of '{dataset.name.lstrip('/')}'", _REIMPORT)
     return rows
 
 
@@ -335,12 +351,12 @@ def _read_features(file: h5py.File, side: str, start: int, stop: int,
     if num_offsets != num_edges + 1:
         raise FormatError(url, f"'{offsets_key}' has {num_offsets} rows, expected "
                                f"{num_edges + 1} (one more than 'rel')")
-    offsets = _read_rows(file[offsets_key], start, stop + 1)
+    offsets = _read_rows(file[offsets_key], start, stop + 1, url)
     num_data = file[data_key].shape[0]
     if np.any(np.diff(offsets) < 0) or offsets[0] < 0 or offsets[-1] > num_data:
         raise FormatError(url, f"'{offsets_key}' rows {start}..{stop} are not increasing "
                                f"within [0, {num_data}]")
-    data = _read_rows(file[data_key], int(offsets[0]), int(offsets[-1]))
+    data = _read_rows(file[data_key], int(offsets[0]), int(offsets[-1]), url)
     return offsets - offsets[0], data
 
 

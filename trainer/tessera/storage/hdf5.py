@@ -27,6 +27,11 @@ from .fs import Directory
 
 FORMAT_VERSION_ATTR = "format_version"
 FORMAT_VERSION = 1
+# The CRC-32 of a dataset's bytes as written (a partition's embeddings row after row, a model
+# parameter, an optimizer state, an edge column), an attribute of the dataset: a whole read
+# checks it, so a bit flipped at rest is found before it is trained on or exported. PBG
+# ignores it; datasets without it are read unchecked.
+CRC32_ATTR = "crc32"
 
 
 _gc_pause_lock = threading.Lock()
@@ -193,6 +198,17 @@ def check_format_version(file: h5py.File, url: str) -> None:
         version = version.item()
     if not _is_integer(version) or int(version) != FORMAT_VERSION:
         raise FormatError(url, f"{FORMAT_VERSION_ATTR} is {version!r}, expected {FORMAT_VERSION}")
+
+
+def check_crc32(dataset: h5py.Dataset, url: str, crc: int, what: str, remedy: str) -> None:
+    """Refuse a dataset whose bytes read (their CRC-32 `crc`) are not those written, when the
+    dataset says what those were; `remedy` says how to get them back."""
+    written = dataset.attrs.get(CRC32_ATTR)
+    if written is not None and int(written) != crc:
+        raise FormatError(url, f"corrupt: {what} read do not match the CRC-32 written with "
+                               f"them ({crc:08x}, not {int(written):08x}), so bytes changed "
+                               f"after they were written; {remedy}; if you changed them on "
+                               f"purpose, delete the dataset's {CRC32_ATTR} attribute")
 
 
 def _is_integer(value: object) -> bool:
