@@ -60,9 +60,13 @@ def test_a_signal_dropped_in_a_finalizer_is_raised_again(name: str, raised: str)
 
 def test_other_dropped_exceptions_are_still_reported() -> None:
     script = textwrap.dedent("""
+        import sys
         from tessera.stop_signals import install_stop_handlers
 
+        python_s_own = sys.unraisablehook
         install_stop_handlers()
+        install_stop_handlers()  # as each command run in one process does
+        assert sys.unraisablehook.report is python_s_own  # wrapped once
 
         class FailsWhileCollected:
             def __del__(self):

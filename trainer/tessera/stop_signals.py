@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 
 _received: int | None = None
 
@@ -26,7 +27,8 @@ def install_stop_handlers() -> None:
     """Handle Ctrl-C and SIGTERM in this process (the command's, not a library user's)."""
     signal.signal(signal.SIGINT, _on_stop_signal)
     signal.signal(signal.SIGTERM, _on_stop_signal)
-    sys.unraisablehook = _quiet_about_dropped_stops(sys.unraisablehook)
+    if not isinstance(sys.unraisablehook, _QuietAboutDroppedStops):  # once per process
+        sys.unraisablehook = _QuietAboutDroppedStops(sys.unraisablehook)
 
 
 def raise_if_stopped() -> None:
@@ -41,12 +43,16 @@ def _on_stop_signal(signum: int, frame: object) -> None:
     raise _exception(signum)
 
 
-def _quiet_about_dropped_stops(report_unraisable):  # noqa: ANN001, ANN202 - sys's own hook type
-    """Pass on every exception Python drops but a stop, which `raise_if_stopped` raises again."""
-    def hook(unraisable) -> None:  # noqa: ANN001 - sys.UnraisableHookArgs
+class _QuietAboutDroppedStops:
+    """A `sys.unraisablehook` that passes on every exception Python drops but a stop, which
+    `raise_if_stopped` raises again."""
+
+    def __init__(self, report: Callable[[sys.UnraisableHookArgs], object]) -> None:
+        self.report = report
+
+    def __call__(self, unraisable: sys.UnraisableHookArgs) -> None:
         if not isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
-            report_unraisable(unraisable)
-    return hook
+            self.report(unraisable)
 
 
 def _exception(signum: int) -> BaseException:
