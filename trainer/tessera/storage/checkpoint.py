@@ -187,7 +187,7 @@ class CheckpointStore:
         with writing_hdf5(self.directory, embeddings_file(entity_type, part, version)) as file:
             _write_metadata(file, metadata)
             dataset = file.create_dataset(EMBEDDINGS_DATASET, data=values)
-            dataset.attrs[CRC32_ATTR] = np.uint32(zlib.crc32(values.data))
+            dataset.attrs[CRC32_ATTR] = np.uint32(_crc32(values))
             _write_optimizer_state(file, optimizer_state)
 
     def embeddings_rows(self, entity_type: str, part: int, version: int | None = None) -> int:
@@ -288,10 +288,9 @@ class CheckpointStore:
             _write_metadata(file, metadata)
             group = file.create_group(MODEL_GROUP, track_order=True)
             for public_name, (state_dict_key, values) in params.items():
-                values = np.ascontiguousarray(values)
-                dataset = group.create_dataset(public_name, data=values)
+                dataset = group.create_dataset(public_name, data=np.asarray(values))
                 dataset.attrs[STATE_DICT_KEY_ATTR] = state_dict_key
-                dataset.attrs[CRC32_ATTR] = np.uint32(zlib.crc32(values.data))
+                dataset.attrs[CRC32_ATTR] = np.uint32(_crc32(values))
             _write_optimizer_state(file, optimizer_state)
 
     def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
@@ -638,6 +637,11 @@ def _read_in_slices(dataset: h5py.Dataset, out: np.ndarray, first_row: int = 0,
     return crc
 
 
+def _crc32(values: np.ndarray) -> int:
+    """The CRC-32 of an array's values in C order, whatever its layout (a scalar's too)."""
+    return zlib.crc32(np.ascontiguousarray(values).data)
+
+
 def _check_crc32(dataset: h5py.Dataset, url: str, crc: int, what: str) -> None:
     check_crc32(dataset, url, crc, what, "restore the file from a copy, or start again from an "
                                          "earlier checkpoint (epoch_N/)")
@@ -655,8 +659,8 @@ def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
         if STATE_DICT_KEY_ATTR not in item.attrs:
             raise FormatError(url, f"dataset '{MODEL_GROUP}/{public_name}' has no "
                                    f"'{STATE_DICT_KEY_ATTR}' attribute")
-        values = np.ascontiguousarray(item[()])
-        _check_crc32(item, url, zlib.crc32(values.data), f"the values of '{item.name}'")
+        values = item[()]
+        _check_crc32(item, url, _crc32(values), f"the values of '{item.name}'")
         params[public_name] = (str(_plain(item.attrs[STATE_DICT_KEY_ATTR])), values)
 
     group.visititems(collect)

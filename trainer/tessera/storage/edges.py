@@ -319,22 +319,24 @@ def _read_single_relation(dataset: h5py.Dataset, start: int, stop: int,
         dataset.read_direct(rows, source_sel=np.s_[first:first + len(rows)])
         _check_ids(url, "rel", rows, 1, first)
         crc = zlib.crc32(rows.data, crc)
-    if start == 0 and stop == dataset.shape[0]:
-        check_crc32(dataset, url, crc, "the rows of 'rel'", _REIMPORT)
+    _check_if_whole(dataset, url, start, stop, crc)
     return np.lib.stride_tricks.as_strided(np.zeros(1, dtype=np.int64), shape=(stop - start,),
                                            strides=(0,))
 
 
 def _read_rows(dataset: h5py.Dataset, start: int, stop: int, url: str) -> np.ndarray:
-    """Rows [start, stop) of a column; all of them are checked against its CRC-32 (a part has
-    nothing to be checked against)."""
     rows = np.empty(stop - start, dtype=np.int64)
     if stop > start:  # HDF5 rejects empty selections
         dataset.read_direct(rows, source_sel=np.s_[start:stop])
-    if start == 0 and stop == dataset.shape[0]:
-        check_crc32(dataset, url, zlib.crc32(rows.data),
-                    f"the rows of '{dataset.name.lstrip('/')}'", _REIMPORT)
+    _check_if_whole(dataset, url, start, stop, zlib.crc32(rows.data))
     return rows
+
+
+def _check_if_whole(dataset: h5py.Dataset, url: str, start: int, stop: int, crc: int) -> None:
+    """Rows [start, stop) read with CRC-32 `crc` are checked against the column's when they
+    are all of it (a part has nothing to be checked against)."""
+    if start == 0 and stop == dataset.shape[0]:
+        check_crc32(dataset, url, crc, f"the rows of '{dataset.name.lstrip('/')}'", _REIMPORT)
 
 
 def _read_features(file: h5py.File, side: str, start: int, stop: int,
