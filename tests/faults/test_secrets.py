@@ -118,6 +118,10 @@ def _as_is(root: Path) -> None:
     del root
 
 
+def _one_value_space(root: Path) -> None:
+    (root / "space.yaml").write_text("lr: {low: 0.1, high: 0.1}\n")
+
+
 # command -> (argv, how the workspace is prepared first, a file the command must have written)
 COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Path], None], str]] = {
     "import": (IMPORT, _fresh, "entities/entity_count_node_0.txt"),
@@ -130,6 +134,8 @@ COMMANDS: dict[str, tuple[tuple[str, ...], Callable[[Path], None], str]] = {
     "export": (("export", "config.yaml", "exported"), _as_is, "exported"),
     "neighbors": (("neighbors", "config.yaml", "e1", "--json"), _as_is, "ckpt/config.json"),
     "config check": (("config", "check", "config.yaml"), _as_is, "config.yaml"),
+    "tune": (("tune", *TRAIN[1:], "--valid", "edges/test", "--space", "space.yaml",
+              "--trials", "1"), _one_value_space, "ckpt/tune/refit.yaml"),
 }
 
 

@@ -427,7 +427,8 @@ def _add_tune(commands: Any) -> None:
         "judge each by the filtered MRR of the --valid edge set (never the test split), stop "
         "bad ones early from that MRR every --valid-every epochs or the held-out MRR of "
         "eval_fraction, and write the best config to "
-        "checkpoint_path/tune/best.yaml. The study is kept there: the same command again "
+        "checkpoint_path/tune/best.yaml (and refit.yaml: the same, trained on --valid too). "
+        "The study is kept there: the same command again "
         "continues it.")
     _common(parser)
     parser.add_argument("--valid", metavar="EDGE_PATH",
@@ -464,7 +465,9 @@ def _run_tune(args: argparse.Namespace, reporter: Reporter) -> int:
             f", standard error {result.valid_mrr_stderr:.4f}"
         print_result(f"best config: {result.best_config} (trial {result.best_trial}, "
                      f"filtered valid MRR {result.valid_mrr:.4f}{precision})\n"
-                     f"train it:    tessera train {result.best_config}")
+                     f"train it:    tessera train {result.best_config}\n"
+                     f"or, for the final model, on the validation edges too:\n"
+                     f"             tessera train {result.refit_config}")
     return 0
 
 

@@ -19,6 +19,7 @@ from tessera.config import parse_config
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
+from tessera.training.coordinator import train
 from tessera.tuning.trial import Judging, validation_metrics
 
 # The planted graph's `test` edge set plays the validation split here; the config names a
@@ -79,6 +80,28 @@ def test_a_tune_writes_a_best_config_that_train_takes(
     assert trials == [f"trial_{study.best_trial.number}"]  # the others deleted
     assert main(["train", str(best), "--quiet"]) == 0
     assert (workspace / "checkpoints" / "checkpoint_version.txt").read_text().strip() == "3"
+
+
+def test_refit_config_trains_the_best_config_on_the_validation_edges_too(
+        workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tune(workspace, "--trials", "1") == 0
+    tune_dir = workspace / "checkpoints" / "tune"
+    refit = tune_dir / "refit.yaml"
+    assert f"tessera train {refit}" in capsys.readouterr().out
+    best_config = yaml.safe_load((tune_dir / "best.yaml").read_text())
+    refit_config = yaml.safe_load(refit.read_text())
+    valid = str(workspace / "test")
+    assert refit_config == {**best_config, "edge_paths": [str(workspace / "train"), valid]}
+    assert f"best.yaml trained on {valid} too" in refit.read_text().splitlines()[1]
+    # It trains: the validation edges are trained on besides the training ones.
+    trained = {name: train(parse_config({**config, "checkpoint_path": str(tmp)}),
+                           Reporter("quiet")).edges
+               for name, config, tmp in (("best", best_config, workspace / "b"),
+                                         ("refit", refit_config, workspace / "r"))}
+    only_valid = train(parse_config({**best_config, "edge_paths": [valid],
+                                     "checkpoint_path": str(workspace / "v")}),
+                       Reporter("quiet")).edges
+    assert only_valid > 0 and trained["refit"] == trained["best"] + only_valid
 
 
 def test_running_again_continues_the_study(workspace: Path) -> None:

