@@ -9,6 +9,7 @@ the table gives the median and range of filtered MRR and Hits@10 over the runs.
     python bench/bench_quality.py --tuned --runs 3          # the shipped tuned configs
     python bench/bench_quality.py --tuned --config rotate   # examples/{dataset}/rotate.yaml
     python bench/bench_quality.py --data nations=DIR        # a local copy instead of the URL
+    python bench/bench_quality.py --tuned --refit           # trained on train and valid
 
 By default both train PyTorch-BigGraph's FB15k example (ComplEx, dynamic relations, dot,
 softmax, lr 0.1; without its N3 regularizer, which PBG 1.0 lacks) at dimension 200 with 1000
@@ -112,11 +113,12 @@ def with_paths(config: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def import_and_train(system: str, folder: Path, config: dict[str, Any],
-                     files: dict[str, Path], pbg_bin: Path | None) -> None:
-    """Import the three splits with the system's importer, train on the first."""
+                     files: dict[str, Path], pbg_bin: Path | None, refit: bool) -> None:
+    """Import the three splits with the system's importer, train on the first (with
+    `refit`, on the first two: train and valid, as `tessera tune`'s refit.yaml)."""
     config = with_paths(config, folder)
     inputs = [str(files[split]) for split in SPLITS]
-    train_only = {**config, "edge_paths": config["edge_paths"][:1]}
+    train_only = {**config, "edge_paths": config["edge_paths"][:2 if refit else 1]}
     if system == "PBG":
         assert pbg_bin is not None
         run([str(pbg_bin / "torchbiggraph_import_from_tsv"), "--lhs-col", "0", "--rel-col",
@@ -165,15 +167,22 @@ class Result:
     hits10: float
 
 
+@dataclass(frozen=True)
+class Measuring:
+    tag: str  # the runs' folder under bench/output/quality
+    split: str  # the split evaluated
+    refit: bool = False  # trained on train and valid
+
+
 def one_run(dataset: str, system: str, run_idx: int, config: dict[str, Any],
-            files: dict[str, Path], pbg_bin: Path | None, tag: str, split: str) -> Result:
-    folder = OUTPUT / "quality" / tag / dataset / system / str(run_idx)
+            files: dict[str, Path], pbg_bin: Path | None, measuring: Measuring) -> Result:
+    folder = OUTPUT / "quality" / measuring.tag / dataset / system / str(run_idx)
     subprocess.run(["rm", "-rf", str(folder)], check=True)
     folder.mkdir(parents=True)
     if system == "Tessera":  # PBG has no seed: it draws anew in every run
         config = {**config, "seed": run_idx}
-    import_and_train(system, folder, config, files, pbg_bin)
-    metrics = filtered_metrics(folder, config, split)
+    import_and_train(system, folder, config, files, pbg_bin, measuring.refit)
+    metrics = filtered_metrics(folder, config, measuring.split)
     result = Result(dataset, system, metrics["mrr"], metrics["hits@10"])
     print(f"{dataset} {system} run {run_idx + 1}: filtered MRR {result.mrr:.4f}, "
           f"Hits@10 {result.hits10:.4f}", flush=True)
@@ -217,11 +226,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="with --tuned: examples/{dataset}/NAME.yaml instead")
     parser.add_argument("--split", choices=("valid", "test"), default="test",
                         help="the split evaluated (tune on valid, report test)")
+    parser.add_argument("--refit", action="store_true",
+                        help="train on the train and valid splits (report test)")
     parser.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
                         help="a local copy of a dataset (train/valid/test files)")
     parser.add_argument("-p", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a key of the config (JSON value)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.refit and args.split == "valid":
+        parser.error("--refit trains on the valid split: evaluate test")
+    return args
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -246,6 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     results = []
     tag = "pbg" if not args.tuned else "tuned" if args.config == "config" \
         else f"tuned-{args.config}"
+    measuring = Measuring(f"{tag}-refit" if args.refit else tag, args.split, args.refit)
     for dataset in args.datasets:
         files = dataset_files(dataset, given)
         config = {**(tuned_config(dataset, args.config) if args.tuned else PBG_SETUP),
@@ -254,9 +269,10 @@ def main(argv: list[str] | None = None) -> None:
             order = systems if run_idx % 2 == 0 else systems[::-1]
             for system in order:
                 results.append(one_run(dataset, system, run_idx, config, files, pbg_bin,
-                                       tag, args.split))
+                                       measuring))
     setup = f"examples/*/{args.config}.yaml" if args.tuned else "PBG's FB15k setup"
-    print(f"\nSetup: {setup}; overrides: {overrides or 'none'}.")
+    trained = "train and valid" if args.refit else "train"
+    print(f"\nSetup: {setup}, trained on {trained}; overrides: {overrides or 'none'}.")
     print_table(results, args.runs, args.split)
 
 
