@@ -33,7 +33,7 @@ from .study import (
     objective,
     open_study,
     valid_stderr,
-    write_best_config,
+    write_chosen_configs,
 )
 from .trial import HELD_OUT_MRR, REPORTED, Judging
 
@@ -147,7 +147,7 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
         def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
             best = best_trial(study)
             if best is not None and best.number == trial.number:
-                written[:] = [write_best_config(setup, best, len(study.trials))]
+                written[:] = [write_chosen_configs(setup, best, len(study.trials))]
             keep_only_best(study, tune_dir)
             progress.trial_finished(trial, best)
 
@@ -157,7 +157,7 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
                            callbacks=[after_trial], gc_after_trial=True)
     best = best_trial(study)
     if best is not None and not written:  # a continued study with nothing left to run
-        written = [write_best_config(setup, best, len(study.trials))]
+        written = [write_chosen_configs(setup, best, len(study.trials))]
     best_config, refit_config = written[0] if written else (None, None)
     result = TuneResult(best_config, refit_config,
                         best.number if best else None, best.value if best else None,

@@ -5,7 +5,7 @@ Each trial trains into `tune/trial_<N>`; once a trial ends, the folders of every
 trial but the best are deleted, and when it is the best so far, `tune/best.yaml` is written:
 the user's config with the trial's values, which `tessera train` takes as it is, and beside it
 `tune/refit.yaml`, the same trained on the validation edges too: once the choice is made, the
-split that made it is more data to learn from (Nations: filtered test MRR 0.822 to 0.860).
+split that made it is more data to learn from.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def valid_stderr(trial: FrozenTrial) -> float | None:
     return round(value, 4) if is_number(value) else None
 
 
-def write_best_config(setup: TuneSetup, best: FrozenTrial,
+def write_chosen_configs(setup: TuneSetup, best: FrozenTrial,
                       total: int) -> tuple[Path, Path]:
     """`tune/best.yaml`, then `tune/refit.yaml` (its edge_paths and the validation edges);
     their paths."""
