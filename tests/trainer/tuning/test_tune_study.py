@@ -91,17 +91,20 @@ def test_refit_config_trains_the_best_config_on_the_validation_edges_too(
     best_config = yaml.safe_load((tune_dir / "best.yaml").read_text())
     refit_config = yaml.safe_load(refit.read_text())
     valid = str(workspace / "test")
-    assert refit_config == {**best_config, "edge_paths": [str(workspace / "train"), valid]}
-    assert f"best.yaml trained on {valid} too" in refit.read_text().splitlines()[1]
-    # It trains: the validation edges are trained on besides the training ones.
-    trained = {name: train(parse_config({**config, "checkpoint_path": str(tmp)}),
-                           Reporter("quiet")).edges
-               for name, config, tmp in (("best", best_config, workspace / "b"),
-                                         ("refit", refit_config, workspace / "r"))}
+    own_folder = str(workspace / "checkpoints" / "refit")
+    assert refit_config == {**best_config, "edge_paths": [str(workspace / "train"), valid],
+                            "checkpoint_path": own_folder}
+    assert f"best.yaml trained on {valid} too, into {own_folder}" \
+        in refit.read_text().splitlines()[1]
+    # Trained after best.yaml, it starts afresh in a folder of its own (resuming best.yaml's
+    # checkpoint would train the validation edges of the last epoch alone), and trains the
+    # validation edges besides the training ones.
+    best = train(parse_config(best_config), Reporter("quiet")).edges
+    refit_edges = train(parse_config(refit_config), Reporter("quiet")).edges
     only_valid = train(parse_config({**best_config, "edge_paths": [valid],
                                      "checkpoint_path": str(workspace / "v")}),
                        Reporter("quiet")).edges
-    assert only_valid > 0 and trained["refit"] == trained["best"] + only_valid
+    assert only_valid > 0 and refit_edges == best + only_valid
 
 
 def test_running_again_continues_the_study(workspace: Path) -> None:

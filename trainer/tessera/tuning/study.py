@@ -5,7 +5,8 @@ Each trial trains into `tune/trial_<N>`; once a trial ends, the folders of every
 trial but the best are deleted, and when it is the best so far, `tune/best.yaml` is written:
 the user's config with the trial's values, which `tessera train` takes as it is, and beside it
 `tune/refit.yaml`, the same trained on the validation edges too: once the choice is made, the
-split that made it is more data to learn from.
+split that made it is more data to learn from. It trains into `<checkpoint_path>/refit`, so that
+neither file's training resumes the other's checkpoint.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ STUDY_FILE = "study.db"
 STUDY_NAME = "tessera-tune"
 BEST_CONFIG = "best.yaml"
 REFIT_CONFIG = "refit.yaml"
+REFIT_FOLDER = "refit"  # refit.yaml's checkpoint_path, in the user's
 # What counts against the budget of --trials: a trial that failed (an error, Ctrl-C) is
 # tried again.
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -168,11 +170,13 @@ def write_chosen_configs(setup: TuneSetup, best: FrozenTrial,
         setup.tune_dir / BEST_CONFIG, chosen,
         f"{chosen_by}# Its checkpoint: {trial_dir(setup.tune_dir, best.number)}\n"
         f"# {_repeatability(parsed)}\n")
+    refit_checkpoints = setup.tune_dir.parent / REFIT_FOLDER
     refit_path = _write_config(
         setup.tune_dir / REFIT_CONFIG,
-        {**chosen, "edge_paths": [*parsed.edge_paths, valid_path]},
-        f"{chosen_by}# {BEST_CONFIG} trained on {valid_path} too: the final model, with no "
-        "split but test left to judge it.\n")
+        {**chosen, "edge_paths": [*parsed.edge_paths, valid_path],
+         "checkpoint_path": str(refit_checkpoints)},
+        f"{chosen_by}# {BEST_CONFIG} trained on {valid_path} too, into {refit_checkpoints}: "
+        "the final model, with no split but test left to judge it.\n")
     return best_path, refit_path
 
 
