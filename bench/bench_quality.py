@@ -118,20 +118,20 @@ def import_and_train(system: str, folder: Path, config: dict[str, Any],
     `refit`, on the first two: train and valid, as `tessera tune`'s refit.yaml)."""
     config = with_paths(config, folder)
     inputs = [str(files[split]) for split in SPLITS]
-    train_only = {**config, "edge_paths": config["edge_paths"][:2 if refit else 1]}
+    trained = {**config, "edge_paths": config["edge_paths"][:2 if refit else 1]}
     if system == "PBG":
         assert pbg_bin is not None
         run([str(pbg_bin / "torchbiggraph_import_from_tsv"), "--lhs-col", "0", "--rel-col",
              "1", "--rhs-col", "2", str(write_python_config(folder / "import.py", config)),
              *inputs], folder / "import.log")
         run([str(pbg_bin / "torchbiggraph_train"),
-             str(write_python_config(folder / "train.py", train_only))], folder / "train.log")
+             str(write_python_config(folder / "train.py", trained))], folder / "train.log")
         return
     tessera = [sys.executable, "-m", "tessera"]
     run([*tessera, "import", str(write_json_config(folder / "import.json", config)), *inputs,
          "--lhs-col", "0", "--rel-col", "1", "--rhs-col", "2", "--log-format", "json"],
         folder / "import.log")
-    run([*tessera, "train", str(write_json_config(folder / "train.json", train_only)),
+    run([*tessera, "train", str(write_json_config(folder / "train.json", trained)),
          "--log-format", "json"], folder / "train.log")
 
 

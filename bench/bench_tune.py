@@ -49,6 +49,8 @@ from bench_quality import (  # noqa: E402
 )
 from bench_train import write_json_config  # noqa: E402
 
+from tessera.tuning.study import BEST_CONFIG, REFIT_CONFIG  # noqa: E402
+
 TESSERA = [sys.executable, "-m", "tessera"]
 
 
@@ -110,7 +112,7 @@ def one_study(dataset: str, files: dict[str, Path], args: argparse.Namespace,
     folder = OUTPUT / "tune" / f"{dataset}_{args.config}_{study}"
     config = prepare(dataset, folder, files, args.config)
     seconds = run_tune(folder, config, args, study)
-    best_config = folder / "checkpoints" / "tune" / "best.yaml"
+    best_config = folder / "checkpoints" / "tune" / BEST_CONFIG
     chosen = yaml.safe_load(best_config.read_text())
     events = trial_events(folder)
     best = max((e for e in events if e["state"] == "complete"), key=lambda e: e["valid_mrr"])
@@ -118,7 +120,7 @@ def one_study(dataset: str, files: dict[str, Path], args: argparse.Namespace,
     from_trial = test_metrics(folder, best_config, trial_checkpoint, "best_trial")
     as_written = retrain(folder, best_config, None)
     retrained = [retrain(folder, best_config, seed) for seed in range(args.seeds)]
-    refit_config = best_config.with_name("refit.yaml")
+    refit_config = best_config.with_name(REFIT_CONFIG)
     refit = [retrain(folder, refit_config, seed) for seed in range(args.seeds)]
     result = {
         "dataset": dataset, "regime": args.config, "study": study, "trials": len(events),

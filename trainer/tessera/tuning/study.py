@@ -11,7 +11,6 @@ neither file's training resumes the other's checkpoint.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from ..config import ConfigSchema, parse_config
 from ..config.redaction import redacted, without_url_credentials
 from ..errors import ConfigError
 from ..log_records import is_number
+from ..storage.fs import Directory
 from .space import Dimension, SearchSpace, with_values
 from .trial import VALID_METRICS, Judging, run_trial
 
@@ -156,7 +156,7 @@ def valid_stderr(trial: FrozenTrial) -> float | None:
 
 
 def write_chosen_configs(setup: TuneSetup, best: FrozenTrial,
-                      total: int) -> tuple[Path, Path]:
+                         total: int) -> tuple[Path, Path]:
     """`tune/best.yaml`, then `tune/refit.yaml` (its edge_paths and the validation edges);
     their paths."""
     chosen = with_values(setup.raw_config, best.params)
@@ -183,8 +183,7 @@ def write_chosen_configs(setup: TuneSetup, best: FrozenTrial,
 def _write_config(path: Path, config: dict[str, Any], header: str) -> Path:
     """A config file written whole or not at all; secrets in storage_options read
     `<redacted>`, as in a checkpoint's config."""
-    partial = path.with_name(f".{path.name}.tmp")
-    text = without_url_credentials(header) + yaml.safe_dump(redacted(config), sort_keys=False)
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    Directory(str(path.parent)).write_text(
+        path.name, without_url_credentials(header) + yaml.safe_dump(redacted(config),
+                                                                    sort_keys=False))
     return path
