@@ -4,7 +4,8 @@ of that their CRC-32 is.
 
 One partition of --rows x --dimension float32 values (random, seeded) is written as a
 version's embeddings file and read back whole, --repeats times each in turn; then a bucket
-(`write_bucket`, `read_bucket` of every row). The table gives the medians, the rate over the
+(`write_bucket`, `read_bucket` of every row, then of --chunks row ranges in turn, as training
+reads it with `num_edge_chunks` = --chunks). The table gives the medians, the rate over the
 bytes, and the time `zlib.crc32` alone takes over the same bytes (computed once on write and
 carried over the slices on read). The files are in --dir (default
 bench/output/checkpoint_io), so the page cache usually serves the reads: the worst case for
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dimension", type=int, default=100)
     parser.add_argument("--edges", type=int, default=10_000_000)
+    parser.add_argument("--chunks", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=OUTPUT)
     args = parser.parse_args()
@@ -66,10 +68,14 @@ def main() -> None:
 
     columns = np.random.default_rng(1).integers(0, 1000, (3, args.edges))
     edges = Directory(str(args.dir / "edges"))
-    times = {"write": [], "read": [], "crc32": []}
+    bounds = np.linspace(0, args.edges, args.chunks + 1).astype(int)
+    times = {"write": [], "read": [], "chunks": [], "crc32": []}
     for _ in range(args.repeats):
         times["write"].append(timed(write_bucket, edges, 0, 0, *columns))
         times["read"].append(timed(read_bucket, edges, 0, 0, num_relations=1000))
+        times["chunks"].append(sum(timed(read_bucket, edges, 0, 0, start, stop,
+                                         num_relations=1000)
+                                   for start, stop in zip(bounds[:-1], bounds[1:])))
         times["crc32"].append(sum(timed(zlib.crc32, column) for column in columns))
     report(f"one bucket: {args.edges:,} edges", columns.nbytes, times, args.repeats)
     shutil.rmtree(args.dir, ignore_errors=True)

@@ -31,6 +31,8 @@ from support.workspace import CONFIG, EVAL, IMPORT, TRAIN, build_workspace
 
 from tessera.cli import main
 from tessera.errors import EXIT_BAD_INPUT
+from tessera.storage.edges import CHUNK_ROWS, write_bucket
+from tessera.storage.fs import Directory
 
 USAGE = 2  # argparse's exit code for a command-line mistake
 
@@ -163,6 +165,18 @@ def flip_a_data_bit(name: str, dataset: str = "embeddings", byte: int = 0) -> Pr
     """One bit of byte `byte` of `dataset` in `name` flipped (`support.corruption`)."""
     def prepare(root: Path) -> None:
         flip_a_bit(root / name, dataset, byte)
+    return prepare
+
+
+def flip_a_chunked_bit(name: str) -> Prepare:
+    """`name` rewritten as a bucket of two HDF5 chunks' worth of edges (0, 0, 0), one bit of
+    its first `lhs` chunk flipped: edge chunks of it are read alone."""
+    def prepare(root: Path) -> None:
+        path = root / name
+        zeros = np.zeros(2 * CHUNK_ROWS, np.int64)
+        path.unlink()
+        write_bucket(Directory(str(path.parent)), 0, 1, zeros, zeros, zeros)
+        flip_a_bit(path, "lhs", 8 * 5)  # 0 becomes 1: an id in range all the same
     return prepare
 
 
@@ -383,6 +397,8 @@ ROWS: dict[str, BadInput] = {
     "a bit flipped in an edge bucket": BadInput(  # read whole by eval: checked
         (*EVAL, "-p", "edge_paths=edges/train"), "edges_0_1.h5",
         flip_a_data_bit(BUCKET, "lhs", 8)),
+    "a bit flipped in an edge chunk": BadInput(TRAIN_FRESH, "edges_0_1.h5",  # read alone
+                                               flip_a_chunked_bit(BUCKET)),
     "a bit flipped in the model": BadInput(
         TRAIN_MORE, "model.v4.h5",
         flip_a_data_bit(CKPT_MODEL, "model/relations/0/operator/rhs/translation")),

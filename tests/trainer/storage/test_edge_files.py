@@ -126,6 +126,7 @@ def test_writer_files_are_exactly_pbgs_layout_when_opened_with_h5py_alone(tmp_pa
             assert dataset.dtype == np.int64 and dataset.shape == (num_edges,)
             # Less than a chunk: written at its exact size; more: in chunks, as it grew.
             assert dataset.chunks == (None if num_edges < CHUNK_ROWS else (CHUNK_ROWS,))
+            assert dataset.fletcher32 == (num_edges >= CHUNK_ROWS)  # a checksum per chunk
             np.testing.assert_array_equal(dataset[...], expected)
 
 
@@ -157,6 +158,26 @@ def test_a_bit_flipped_at_rest_in_a_column_is_found_by_a_whole_read(tmp_path):
     with h5py.File(path, "r+") as file:  # changed on purpose: the attribute goes
         del file["lhs"].attrs["crc32"]
     assert read_bucket(directory, 0, 1).lhs[5] == lhs[5] ^ 1
+
+
+@pytest.mark.parametrize("num_relations", [3, 1])  # one relation type: rel is read by blocks
+@pytest.mark.parametrize("column", ["rel", "lhs"])
+def test_a_bit_flipped_in_a_chunk_is_found_by_reading_that_chunk_alone(tmp_path, column,
+                                                                        num_relations):
+    directory = fs_module.Directory(str(tmp_path))
+    rel, lhs, rhs = random_edges(3 * CHUNK_ROWS, num_relations=num_relations)
+    write_bucket(directory, 0, 1, rel, lhs, rhs)
+    row = CHUNK_ROWS + 5  # in the second of three HDF5 chunks
+    flip_a_bit(tmp_path / "edges_0_1.h5", column, byte=8 * row)
+    bounds = {"num_relations": num_relations, "num_lhs": 51}
+    with pytest.raises(FormatError, match=rf"edges_0_1.h5: corrupt: rows \d+\.\.\d+ of "
+                                          f"'{column}' fail the Fletcher-32 checksum"):
+        read_bucket(directory, 0, 1, row - 10, row + 10, **bounds)  # an edge chunk's read
+    # Rows in the other chunks are read as written.
+    np.testing.assert_array_equal(
+        read_bucket(directory, 0, 1, 0, CHUNK_ROWS, **bounds).lhs, lhs[:CHUNK_ROWS])
+    np.testing.assert_array_equal(
+        read_bucket(directory, 0, 1, 2 * CHUNK_ROWS, None, **bounds).rhs, rhs[2 * CHUNK_ROWS:])
 
 
 def test_a_bit_flipped_in_a_featurized_column_is_found(local_dir, tmp_path):

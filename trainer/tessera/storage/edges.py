@@ -10,7 +10,8 @@ each edge's entity in `entity_features_{type}.h5`, for filtered evaluation. Each
 writes carries the CRC-32 of its rows, checked whenever the whole column is read.
 
 Datasets are chunked in modest pieces so that reading rows [start, stop) from an object store
-fetches little more than those rows.
+fetches little more than those rows. Each piece carries HDF5's own Fletcher-32 checksum,
+which HDF5 checks as it reads the piece: a part read alone (an edge chunk) is checked too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ import numpy as np
 
 from ..errors import FormatError
 from .fs import Directory
-from .hdf5 import CRC32_ATTR, check_crc32, check_format_version, reading_hdf5, writing_hdf5
+from .hdf5 import (
+    CRC32_ATTR,
+    check_crc32,
+    check_format_version,
+    raised_by_h5py,
+    reading_hdf5,
+    writing_hdf5,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -117,7 +125,8 @@ class _AppendableDataset:
     def _write(self, values: np.ndarray) -> None:
         if self.dataset is None:
             self.dataset = self.file.create_dataset(
-                self.name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(CHUNK_ROWS,))
+                self.name, shape=(0,), maxshape=(None,), dtype=np.int64, chunks=(CHUNK_ROWS,),
+                fletcher32=True)
         size = self.dataset.shape[0]
         self.dataset.resize((size + len(values),))
         self.dataset[size:] = values
@@ -316,7 +325,7 @@ def _read_single_relation(dataset: h5py.Dataset, start: int, stop: int,
     crc = 0
     for first in range(start, stop, len(block)):
         rows = block[:min(len(block), stop - first)]
-        dataset.read_direct(rows, source_sel=np.s_[first:first + len(rows)])
+        _read_into(rows, dataset, first, url)
         _check_ids(url, "rel", rows, 1, first)
         crc = zlib.crc32(rows.data, crc)
     _check_if_whole(dataset, url, start, stop, crc)
@@ -327,9 +336,23 @@ def _read_single_relation(dataset: h5py.Dataset, start: int, stop: int,
 def _read_rows(dataset: h5py.Dataset, start: int, stop: int, url: str) -> np.ndarray:
     rows = np.empty(stop - start, dtype=np.int64)
     if stop > start:  # HDF5 rejects empty selections
-        dataset.read_direct(rows, source_sel=np.s_[start:stop])
+        _read_into(rows, dataset, start, url)
     _check_if_whole(dataset, url, start, stop, zlib.crc32(rows.data))
     return rows
+
+
+def _read_into(rows: np.ndarray, dataset: h5py.Dataset, first: int, url: str) -> None:
+    """Read rows [first, first + len(rows)) into `rows`; a piece that fails its Fletcher-32
+    checksum is named as such (HDF5 says only that a filter failed)."""
+    try:
+        dataset.read_direct(rows, source_sel=np.s_[first:first + len(rows)])
+    except OSError as error:
+        if not (dataset.fletcher32 and raised_by_h5py(error)):
+            raise
+        raise FormatError(url, f"corrupt: rows {first}..{first + len(rows)} of "
+                               f"'{dataset.name.lstrip('/')}' fail the Fletcher-32 checksum "
+                               f"written with them, so bytes changed after they were written; "
+                               f"{_REIMPORT}") from error
 
 
 def _check_if_whole(dataset: h5py.Dataset, url: str, start: int, stop: int, crc: int) -> None:

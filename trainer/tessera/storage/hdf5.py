@@ -100,7 +100,7 @@ def _unreadable(error: BaseException, url: str, local_path: str | None) -> Tesse
     if isinstance(error, OSError) and error.filename not in (None, local_path):
         return classify_local(error)  # about another file than this one
     classified = classify_local(error, url)
-    if classified is None and _raised_by_h5py(error):  # "Object visitation failed"...
+    if classified is None and raised_by_h5py(error):  # "Object visitation failed"...
         return _corrupt(url, error)
     return classified
 
@@ -110,7 +110,7 @@ def _corrupt(url: str, error: BaseException) -> FormatError:
                             "(import again for an edge bucket, train again for a checkpoint)")
 
 
-def _raised_by_h5py(error: BaseException) -> bool:
+def raised_by_h5py(error: BaseException) -> bool:
     """Whether the innermost frame of the error's traceback is h5py's."""
     frames = traceback.extract_tb(error.__traceback__)
     return bool(frames) and "h5py" in frames[-1].filename.replace("\\", "/").split("/")
