@@ -78,6 +78,23 @@ def test_a_run_on_a_terminal_reads_as_people_read(graph: Path) -> None:
            "keys=lr,margin" in shown_lines(text), text
 
 
+def test_a_rerun_with_more_edge_paths_says_where_it_goes_on(graph: Path) -> None:
+    """The trap: a finished run given a second edge set trains that set in the last epoch
+    only (PBG's rule, by position); the line says so and how to train it from epoch 1."""
+    (graph / "more.tsv").write_text("u1\tlikes\ti2\nu3\tlikes\ti4\n")
+    assert main(["import", "config.json", "more.tsv", "--rel-col", "1", "--rhs-col", "2",
+                 "-p", "edge_paths=[more]", "--quiet"]) == 0
+    assert main(["train", "config.json", "--quiet"]) == 0
+    lines = shown_lines(on_terminal("train", "config.json", "-p", "edge_paths=[edges, more]"))
+    assert "edge_paths differ from the checkpoint's: training goes on from its position in " \
+           "the new list; to train every edge set from the first epoch, train into a new " \
+           "checkpoint_path with init_path set to this one  edge_set=2/2  edge_path=more" \
+           in lines, lines
+    lines = shown_lines(on_terminal("train", "config.json", "-p", "edge_paths=[more, edges]"))
+    assert any(line.startswith("edge_paths differ") and line.endswith("this one")
+               for line in lines), lines  # nothing left to train: no position to name
+
+
 def test_verbose_runs_keep_a_line_per_commit(graph: Path) -> None:
     lines = shown_lines(on_terminal("train", "config.json", "-p", "verbose=1"))
     assert len([line for line in lines if line.startswith("checkpoint committed")]) == 3

@@ -34,6 +34,12 @@ TRAINING_FINISHED = "training finished"
 RESUMING = "resuming from a checkpoint"
 # A rerun whose config differs from its checkpoint's (with `keys`, the top-level keys changed).
 CONFIG_CHANGED = "the config differs from the checkpoint's: training goes on with its values"
+# A rerun whose edge_paths changed (with `edge_set`, `edge_path`: where it goes on, if anywhere).
+# PBG's rule: the checkpoint's position (epoch, edge set index, chunk) holds, not the path names,
+# so edge sets added before that position wait for the next epoch, or are never trained.
+EDGE_PATHS_CHANGED = ("edge_paths differ from the checkpoint's: training goes on from its "
+                      "position in the new list; to train every edge set from the first epoch, "
+                      "train into a new checkpoint_path with init_path set to this one")
 # A rerun whose checkpoint has every epoch already (with `checkpoint_version`, `num_epochs`).
 NOTHING_TO_TRAIN = "nothing to train: the checkpoint has every epoch (raise num_epochs to train on)"
 EVALUATION_FINISHED = "evaluation finished"  # `tessera eval`'s result, also printed on stdout

@@ -44,6 +44,7 @@ from ..log_records import (
     CONFIG_CHANGED,
     DEVICE_BUSY_SECONDS,
     DEVICE_PEAK_MEMORY_GB,
+    EDGE_PATHS_CHANGED,
     EDGES_PER_SECOND,
     EPOCH,
     EPOCH_ENDED,
@@ -176,7 +177,7 @@ def train(config: ConfigSchema, reporter: Reporter,
         schedule = make_schedule(config, data)
         start = resume_position(store, version, schedule)
         report_resume(schedule, version, start, reporter)
-        report_config_changes(store, config, version, reporter)
+        report_config_changes(store, config, version, start, reporter)
         state = build_model_state(config, data, store, version, init)
         devices = training_devices(config) if devices is None else devices
         holder = PartitionHolder(config, data.entity_counts, store, init, version,
@@ -277,10 +278,11 @@ def report_resume(schedule: TrainingSchedule, version: int, start: ChunkPosition
 
 
 def report_config_changes(store: CheckpointStore, config: ConfigSchema, version: int,
-                          reporter: Reporter) -> None:
+                          start: ChunkPosition | None, reporter: Reporter) -> None:
     """Name the keys (beyond num_epochs) a rerun changed since its checkpoint: they apply
     from here on, as in PBG, which someone who meant a fresh run needs to know. Keys only one
-    side has (a newer schema, PBG's config) are left out."""
+    side has (a newer schema, PBG's config) are left out. Changed edge_paths get a line of
+    their own: resuming by position, a grown list trains only what lies after it."""
     if version == 0:
         return
     try:
@@ -292,6 +294,11 @@ def report_config_changes(store: CheckpointStore, config: ConfigSchema, version:
                      if key != "num_epochs" and current[key] != committed[key])
     if changed:
         reporter.event(CONFIG_CHANGED, keys=changed)
+    if "edge_paths" in changed:
+        where = {} if start is None else {
+            "edge_set": f"{start.edge_path_idx + 1}/{len(config.edge_paths)}",
+            "edge_path": current["edge_paths"][start.edge_path_idx]}
+        reporter.event(EDGE_PATHS_CHANGED, **where)
 
 
 def iteration_metadata(config: ConfigSchema, schedule: TrainingSchedule,
