@@ -41,7 +41,7 @@ FROM base AS trainer
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
-    && pip install ".[trainer,tracking]" \
+    && pip install ".[trainer,tracking,mlflow]" \
     && cd / && python -c "import tessera._kernels" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* /src
@@ -68,7 +68,7 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}" torch==2.13.0 \
-    && pip install ".[trainer,tracking]" \
+    && pip install ".[trainer,tracking,mlflow]" \
     && cd / && python -c "import tessera._kernels" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* /src

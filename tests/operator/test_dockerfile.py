@@ -51,10 +51,12 @@ def test_trainer_images_pin_the_trainer_extras_torch(target):
     (pin,) = [requirement for requirement in extra_requirements("trainer")
               if requirement.startswith("torch")]
     trainer = stages()[target]
-    # `tracking: tensorboard` works in pods too: its writer is in the image.
-    assert pin in trainer and '".[trainer,tracking]"' in trainer
+    # `tracking: tensorboard` and `tracking: mlflow` work in pods too: their clients are in
+    # the image.
+    extras = '".[trainer,tracking,mlflow]"'
+    assert pin in trainer and extras in trainer
     # torch first, from PyTorch's own index, so that the extra's pin is already met by it.
-    assert trainer.index(pin) < trainer.index('".[trainer,tracking]"')
+    assert trainer.index(pin) < trainer.index(extras)
 
 
 def test_each_trainer_image_takes_its_torch_build_from_its_index():

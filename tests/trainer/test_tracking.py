@@ -1,5 +1,7 @@
-"""`tracking: tensorboard`: a real `tessera train` writes event files that TensorBoard's own
-reader reads back with the numbers of the run's training_stats.json and JSON log."""
+"""Experiment tracking: a real `tessera train` writes event files that TensorBoard's own
+reader reads back (`tracking: tensorboard`), or an MLflow run that MLflow's own client reads
+back from a real MLflow store (`tracking: mlflow`), with the numbers of the run's
+training_stats.json and JSON log."""
 
 from __future__ import annotations
 
@@ -15,13 +17,16 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tessera.cli import main
 from tessera.config.validate import parse_config
-from tessera.errors import EXIT_BAD_INPUT, TransientError
+from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, TransientError
 from tessera.log_records import CHUNK_STATS, event_record
+from tessera.mlflow_runs import CHECKPOINT_PATH_TAG, run_parameters
 from tessera.progress import Reporter
+from tessera.stop_signals import Terminated
 from tessera.storage.fs import Directory
 from tessera.tracking import (
+    CurveTracker,
     EpochTotals,
-    TensorBoardTracker,
+    TensorBoardFiles,
     chunk_scalars,
     summary_writer_class,
     tracking,
@@ -34,10 +39,11 @@ CHUNK_TAGS = {"loss", "reg", "edges_per_s", "eval_mrr", "eval_hits_at_1", "eval_
 
 def train(graph: PlantedGraph, tmp_path: Path, *flags: str,
           **overrides: Any) -> list[dict[str, Any]]:
-    """`tessera train --log-format json` of `graph` with tracking on; its JSON records."""
+    """`tessera train --log-format json` of `graph` with tracking on (TensorBoard unless
+    `tracking` says otherwise); its JSON records."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(graph.config(
-        eval_fraction=0.1, tracking="tensorboard", **overrides)))
+        eval_fraction=0.1, **{"tracking": "tensorboard", **overrides})))
     result = subprocess.run([sys.executable, "-m", "tessera", "train", str(config),
                              "--log-format", "json", *flags], capture_output=True, text=True,
                             timeout=TRAIN_TIMEOUT_S)
@@ -189,9 +195,152 @@ def test_an_upload_that_fails_is_logged_and_training_goes_on(
         raise TransientError("s3://bucket/tb: storage unreachable; retry")
 
     monkeypatch.setattr(Directory, "copy", refuse)
-    tracker = TensorBoardTracker(Directory("memory://tessera-tracking-test"),
-                                 summary_writer_class())
+    tracker = CurveTracker(TensorBoardFiles(Directory("memory://tessera-tracking-test"),
+                                            summary_writer_class()))
     line = {"stats": {"count": 10, "metrics": {"loss": 2.0}}, "seconds": 0.5}
     tracker.record(event_record(CHUNK_STATS, epoch=1, stats=[line], epoch_ended=True))
     tracker.close()
     assert caplog.text.count("tracking files not uploaded") == 2  # the checkpoint's, the end's
+
+
+# --- MLflow ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A real MLflow tracking store (SQLite, MLflow's own local default), empty."""
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def mlflow_runs(uri: str) -> list[Any]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("tessera")
+    return [] if experiment is None else client.search_runs([experiment.experiment_id])
+
+
+def mlflow_curves(uri: str, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """Every metric's history of a run, by name: (step, value) in step order."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    return {name: sorted((metric.step, metric.value)
+                         for metric in client.get_metric_history(run_id, name))
+            for name in client.get_run(run_id).data.metrics}
+
+
+def test_an_mlflow_run_holds_the_curves_and_config_of_the_run_and_of_a_resumed_one(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=2, num_edges=4000)
+    train(graph, tmp_path, num_epochs=2, tracking="mlflow", tracking_path=mlflow_uri)
+    (run,) = mlflow_runs(mlflow_uri)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "checkpoints"  # the checkpoint folder's name
+    assert run.data.tags[CHECKPOINT_PATH_TAG] == str(graph.root / "checkpoints")
+    params = run.data.params
+    assert params["num_epochs"] == "2" and params["tracking"] == "mlflow"
+    assert json.loads(params["relations"])[0]["name"] == graph.config()["relations"][0]["name"]
+    lines = stats_lines(graph)
+    assert_chunks_match(mlflow_curves(mlflow_uri, run.info.run_id), lines)
+    assert not (graph.root / "checkpoints" / "tensorboard").exists()
+
+    # A rerun with one epoch more goes on in the same run, its points after the first ones.
+    train(graph, tmp_path, num_epochs=3, tracking="mlflow", tracking_path=mlflow_uri)
+    (resumed,) = mlflow_runs(mlflow_uri)
+    assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
+    assert resumed.data.params["num_epochs"] == "2"  # MLflow keeps a parameter's first value
+    curves = mlflow_curves(mlflow_uri, run.info.run_id)
+    assert_chunks_match(curves, stats_lines(graph))
+    assert [step for step, _ in curves["epoch/loss"]] == [1, 2, 3]
+    assert all(value > 0 for _, value in curves["epoch/edges_per_s"])
+
+    # Another checkpoint path is another run.
+    train(graph, tmp_path, num_epochs=1, tracking="mlflow", tracking_path=mlflow_uri,
+          checkpoint_path=str(graph.root / "other"))
+    assert sorted(r.info.run_name for r in mlflow_runs(mlflow_uri)) == ["checkpoints", "other"]
+
+
+@pytest.mark.parametrize(("stop", "status"), [(RuntimeError("a bucket went missing"), "FAILED"),
+                                              (KeyboardInterrupt(), "KILLED"),
+                                              (Terminated(), "KILLED")])
+def test_an_mlflow_run_ends_with_the_trainings_outcome(tmp_path: Path, mlflow_uri: str,
+                                                       stop: BaseException,
+                                                       status: str) -> None:
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    config = parse_config(graph.config(tracking="mlflow", tracking_path=mlflow_uri))
+    reporter = Reporter("quiet")
+    line = {"stats": {"count": 10, "metrics": {"loss": 2.0}}, "seconds": 0.5}
+    with pytest.raises(type(stop)), tracking(config, reporter):
+        reporter.event(CHUNK_STATS, epoch=1, stats=[line], epoch_ended=False)
+        raise stop
+    (run,) = mlflow_runs(mlflow_uri)
+    assert run.info.status == status
+    assert mlflow_curves(mlflow_uri, run.info.run_id)["chunk/loss"] == [(10, 2.0)]
+
+
+def test_an_unreachable_mlflow_server_is_one_line_worth_a_retry_and_no_secret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # a closed port, at once
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(graph.config(
+        tracking="mlflow", tracking_path="http://alice:hunter2@127.0.0.1:9")))
+    assert main(["train", str(config), "--quiet"]) == EXIT_TRANSIENT
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "tracking_path: MLflow at http://" in error, error
+    assert "hunter2" not in error and "retry, or set tracking: none" in error
+    assert not (graph.root / "checkpoints").exists()  # refused before any work
+
+
+def test_an_unknown_tracking_uri_is_bad_input(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(graph.config(tracking="mlflow", tracking_path="nosuch://x")))
+    assert main(["train", str(config), "--quiet"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "tracking_path: MLflow at nosuch://x" in error, error
+
+
+def test_without_mlflow_training_is_refused_naming_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # import fails, as if not installed
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(graph.config(tracking="mlflow")))
+    assert main(["train", str(config), "--quiet"]) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "pip install 'tessera[mlflow]'" in error
+
+
+def test_run_parameters_hold_no_secret_and_fit_mlflow() -> None:
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+    parameters = run_parameters({
+        "lr": 0.1, "checkpoint_path": "s3://bucket/run", "edge_paths": ["ftp://bob:pw@host/e"],
+        "storage_options": {"key": "AKIAEXAMPLE", "secret": "s3cr3t",
+                            "endpoint_url": "http://127.0.0.1:8333"},
+        "relations": [{"name": "r" * 50, "lhs": "a", "rhs": "b"}] * 200})
+    assert parameters["lr"] == "0.1" and parameters["checkpoint_path"] == "s3://bucket/run"
+    text = json.dumps(parameters)
+    assert "AKIAEXAMPLE" not in text and "s3cr3t" not in text and "pw@" not in text
+    assert "127.0.0.1:8333" in parameters["storage_options"]
+    assert len(parameters["relations"]) == MAX_PARAM_VAL_LENGTH
+
+
+def test_points_the_mlflow_store_refuses_are_logged_and_training_goes_on(
+        tmp_path: Path, mlflow_uri: str, caplog: pytest.LogCaptureFixture) -> None:
+    from mlflow import MlflowClient
+
+    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
+    config = parse_config(graph.config(tracking="mlflow", tracking_path=mlflow_uri))
+    reporter = Reporter("quiet")
+    line = {"stats": {"count": 10, "metrics": {"loss": 2.0}}, "seconds": 0.5}
+    with tracking(config, reporter):  # ends without an error: the run trained
+        (run,) = mlflow_runs(mlflow_uri)
+        MlflowClient(tracking_uri=mlflow_uri).delete_run(run.info.run_id)  # the store refuses
+        reporter.event(CHUNK_STATS, epoch=1, stats=[line], epoch_ended=True)
+    assert "tracking points not logged" in caplog.text

@@ -1,11 +1,14 @@
-"""Experiment tracking: TensorBoard curves of a training run (`tracking: tensorboard`).
+"""Experiment tracking: the curves of a training run, as TensorBoard event files
+(`tracking: tensorboard`) or as the metrics of an MLflow run (`tracking: mlflow`,
+`tessera.mlflow_runs`).
 
 The curves hold the figures training_stats.json gets, no others: when a chunk position's
 checkpoint is committed, its bucket chunks' stats go to the `Reporter`'s listeners as one
-`chunk stats` record (never printed), and `TensorBoardTracker.record` writes them. So the
-training loop makes no tracking calls, and a chunk that a resumed run trains again (it was
-never committed) is not drawn twice. Only the process that commits gets those records: the
-trainer on one machine, trainer 0 (with every trainer's stats) in a distributed job.
+`chunk stats` record (never printed), and `CurveTracker.record` turns them into points for
+the chosen writer. So the training loop makes no tracking calls, and a chunk that a resumed
+run trains again (it was never committed) is not drawn twice. Only the process that commits
+gets those records: the trainer on one machine, trainer 0 (with every trainer's stats) in a
+distributed job.
 
 Two kinds of point, on two x-axes:
 
@@ -16,11 +19,12 @@ Two kinds of point, on two x-axes:
 - `epoch/*`, one per epoch, at the epoch's number: the same figures averaged over its chunks
   (weighted by edges, held-out ones by ranked edges), `edges_per_s` from the wall clock.
 
-Written with tensorboardX (it needs numpy and protobuf only; `torch.utils.tensorboard` needs
-the whole tensorboard package, a web server included). Its writer queues the events for a
-thread of its own, which writes them out every `FLUSH_SECONDS`. Event files are appended to,
-which object stores cannot do: a log dir there is written in a local temporary folder, whose
-files are uploaded at each checkpoint (as far as written by then) and, complete, at the end.
+TensorBoard's files are written with tensorboardX (it needs numpy and protobuf only;
+`torch.utils.tensorboard` needs the whole tensorboard package, a web server included). Its
+writer queues the events for a thread of its own, which writes them out every
+`FLUSH_SECONDS`. Event files are appended to, which object stores cannot do: a log dir there
+is written in a local temporary folder, whose files are uploaded at each checkpoint (as far as
+written by then) and, complete, at the end.
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import BadInputError, TesseraError
 from .log_records import CHUNK_STATS, EPOCH, EPOCH_ENDED, EVENT, STATS, is_number
+from .stop_signals import Terminated
 from .storage.fs import Directory
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 
 TENSORBOARD = "tensorboard"  # the `tracking` value, and the default folder's name
+MLFLOW = "mlflow"  # the `tracking` value
 EXTRA = "tracking"  # the pip extra that brings the writer
 # Seconds between the writer thread's flushes to disk (what a watching TensorBoard lags by).
 FLUSH_SECONDS = 5
@@ -59,24 +65,39 @@ def tracking_url(config: ConfigSchema) -> str:
 @contextlib.contextmanager
 def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None) -> Iterator[None]:
     """Track the training run of the block as the config says (in a distributed job, only
-    trainer 0, which commits, has anything to write)."""
-    if config.tracking != TENSORBOARD or (rank or 0) > 0:
+    trainer 0, which commits, has anything to write). The run ends `FINISHED`, `FAILED`, or
+    `KILLED` when stopped (an MLflow run's status; TensorBoard has none)."""
+    if config.tracking not in (TENSORBOARD, MLFLOW) or (rank or 0) > 0:
         yield
         return
     from .storage.checkpoint import CheckpointStore
 
+    edges = sum(int(line["stats"]["count"])
+                for line in CheckpointStore.from_config(config).read_stats())
+    tracker = CurveTracker(open_writer(config), edges_before=edges)
+    reporter.listeners.append(tracker.record)
+    status = "FAILED"
+    try:
+        yield
+        status = "FINISHED"
+    except (KeyboardInterrupt, Terminated):
+        status = "KILLED"
+        raise
+    finally:
+        reporter.listeners.remove(tracker.record)
+        tracker.close(status)
+
+
+def open_writer(config: ConfigSchema) -> CurveWriter:
+    """The writer `tracking` names, ready to take points."""
+    if config.tracking == MLFLOW:
+        from .mlflow_runs import MlflowRun
+
+        return MlflowRun(config)
     writer_class = summary_writer_class()
     log_dir = Directory.from_config(tracking_url(config), config)
     log_dir.check_writable()
-    edges = sum(int(line["stats"]["count"])
-                for line in CheckpointStore.from_config(config).read_stats())
-    tracker = TensorBoardTracker(log_dir, writer_class, edges_before=edges)
-    reporter.listeners.append(tracker.record)
-    try:
-        yield
-    finally:
-        reporter.listeners.remove(tracker.record)
-        tracker.close()
+    return TensorBoardFiles(log_dir, writer_class)
 
 
 def summary_writer_class() -> Any:
@@ -90,36 +111,64 @@ def summary_writer_class() -> Any:
     return SummaryWriter
 
 
-class TensorBoardTracker:
-    """Writes the `chunk stats` records it is given as TensorBoard scalars (see the module)."""
+Point = tuple[str, float, int]  # (name, value, step)
 
-    def __init__(self, log_dir: Directory, writer_class: Any, *, edges_before: int = 0) -> None:
-        self.log_dir = log_dir
-        self.writer_class = writer_class
+
+class CurveWriter(Protocol):
+    def write(self, points: list[Point]) -> None: ...
+
+    def close(self, status: str) -> None: ...
+
+
+class CurveTracker:
+    """Turns the `chunk stats` records it is given into points for a writer (see the
+    module)."""
+
+    def __init__(self, writer: CurveWriter, *, edges_before: int = 0) -> None:
+        self.writer = writer
         self.edges = edges_before  # the x of the chunk points
         self.epoch = EpochTotals()
-        self._writer: Any = None  # made with the first point: a run with none writes no file
-        self._local = ""  # the folder the writer writes in
-        self._uploaded: dict[str, int] = {}  # remote log dir: size of each file uploaded
 
     def record(self, record: Mapping[str, Any]) -> None:
         """A `Reporter` listener: writes the points of a `chunk stats` record."""
         if record.get(EVENT) != CHUNK_STATS:
             return
-        writer = self._open()
+        points: list[Point] = []
         for line in record[STATS]:
             self.edges += int(line["stats"]["count"])
             self.epoch.add(line)
-            for name, value in chunk_scalars(line).items():
-                writer.add_scalar(f"chunk/{name}", value, self.edges)
+            points += [(f"chunk/{name}", value, self.edges)
+                       for name, value in chunk_scalars(line).items()]
         if record[EPOCH_ENDED]:
-            for name, value in self.epoch.scalars(time.monotonic()).items():
-                writer.add_scalar(f"epoch/{name}", value, int(record[EPOCH]))
+            points += [(f"epoch/{name}", value, int(record[EPOCH]))
+                       for name, value in self.epoch.scalars(time.monotonic()).items()]
             self.epoch = EpochTotals()
+        self.writer.write(points)
+
+    def close(self, status: str = "FINISHED") -> None:
+        self.writer.close(status)
+
+
+class TensorBoardFiles:
+    """Writes points as TensorBoard scalars into a log dir, local or uploaded (see the
+    module)."""
+
+    def __init__(self, log_dir: Directory, writer_class: Any) -> None:
+        self.log_dir = log_dir
+        self.writer_class = writer_class
+        self._writer: Any = None  # made with the first point: a run with none writes no file
+        self._local = ""  # the folder the writer writes in
+        self._uploaded: dict[str, int] = {}  # remote log dir: size of each file uploaded
+
+    def write(self, points: list[Point]) -> None:
+        writer = self._open()
+        for name, value, step in points:
+            writer.add_scalar(name, value, step)
         self._upload()
 
-    def close(self) -> None:
-        """Write what is queued and, for a remote log dir, upload it."""
+    def close(self, status: str = "FINISHED") -> None:
+        """Write what is queued and, for a remote log dir, upload it (whatever the run's
+        `status`: the curves up to a failure are worth as much)."""
         if self._writer is None:
             return
         self._writer.close()

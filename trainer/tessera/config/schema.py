@@ -22,7 +22,7 @@ ComparatorName = Literal["dot", "cos", "l2", "squared_l2", "l1"]
 LossName = Literal["ranking", "logistic", "softmax"]
 BucketOrderName = Literal["random", "affinity", "inside_out", "outside_in"]
 RegularizerName = Literal["N3"]
-TrackingName = Literal["none", "tensorboard"]
+TrackingName = Literal["none", "tensorboard", "mlflow"]
 
 
 def option(default: Any = dataclasses.MISSING, *, help: str, minimum: float | None = None,
@@ -203,11 +203,15 @@ class ConfigSchema:
         "none", help="Tessera only: `tensorboard` writes TensorBoard event files of the "
         "training curves (loss, held-out MRR and Hits@k, edges/s; per bucket chunk and per "
         "epoch) from the stats of each committed checkpoint; needs the `tracking` extra "
-        "(tensorboardX). In a distributed job trainer 0 writes them, for every trainer.")
+        "(tensorboardX). `mlflow` logs the same curves as the metrics of an MLflow run, one "
+        "per checkpoint_path, with the config as its parameters; needs the `mlflow` extra "
+        "(mlflow-skinny). In a distributed job trainer 0 writes them, for every trainer.")
     tracking_path: str | None = option(
-        None, help="Tessera only: directory (path or URL) of the tracking files; defaults to "
-        "`tensorboard` in checkpoint_path. On an object store they are written in a local "
-        "temporary folder and uploaded after each checkpoint.")
+        None, help="Tessera only: with tensorboard, the directory (path or URL) of the event "
+        "files, by default `tensorboard` in checkpoint_path (on an object store they are "
+        "written in a local temporary folder and uploaded after each checkpoint); with "
+        "mlflow, the tracking URI (`http://host:5000`, `sqlite:///mlflow.db`), by default "
+        "MLflow's own (MLFLOW_TRACKING_URI).")
 
     # Distributed training.
     num_machines: int = option(1, help="Number of trainer machines.", minimum=1)
