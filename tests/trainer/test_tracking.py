@@ -155,17 +155,28 @@ def test_trainer_0_of_a_distributed_job_writes_every_trainers_chunks(tmp_path: P
     assert [step for step, _ in curves["epoch/loss"]] == [1, 2]
 
 
-def test_without_tensorboardx_training_is_refused_naming_the_extra(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "tensorboardX", None)  # import fails, as if not installed
+def refused_training(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                     **overrides: Any) -> tuple[int, str]:
+    """`tessera train` of a small graph with `overrides`, expected to stop before any work:
+    its exit code and its one error line."""
     graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
     config = tmp_path / "config.json"
-    config.write_text(json.dumps(graph.config(tracking="tensorboard")))
-    assert main(["train", str(config), "--quiet"]) == EXIT_BAD_INPUT
+    config.write_text(json.dumps(graph.config(**overrides)))
+    code = main(["train", str(config), "--quiet"])
     error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "pip install 'tessera[tracking]'" in error
+    assert "\n" not in error, error
     assert not (graph.root / "checkpoints").exists()  # refused before any work
+    return code, error
+
+
+@pytest.mark.parametrize(("tracker", "module", "extra"), [
+    ("tensorboard", "tensorboardX", "tracking"), ("mlflow", "mlflow", "mlflow")])
+def test_without_its_package_training_is_refused_naming_the_extra(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        tracker: str, module: str, extra: str) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import fails, as if not installed
+    code, error = refused_training(tmp_path, capsys, tracking=tracker)
+    assert code == EXIT_BAD_INPUT and f"pip install 'tessera[{extra}]'" in error
 
 
 def test_only_the_committing_trainer_tracks(tmp_path: Path,
@@ -283,37 +294,17 @@ def test_an_unreachable_mlflow_server_is_one_line_worth_a_retry_and_no_secret(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # a closed port, at once
-    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(graph.config(
-        tracking="mlflow", tracking_path="http://alice:hunter2@127.0.0.1:9")))
-    assert main(["train", str(config), "--quiet"]) == EXIT_TRANSIENT
-    error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "tracking_path: MLflow at http://" in error, error
+    code, error = refused_training(tmp_path, capsys, tracking="mlflow",
+                                   tracking_path="http://alice:hunter2@127.0.0.1:9")
+    assert code == EXIT_TRANSIENT and "tracking_path: MLflow at http://" in error, error
     assert "hunter2" not in error and "retry, or set tracking: none" in error
-    assert not (graph.root / "checkpoints").exists()  # refused before any work
 
 
 def test_an_unknown_tracking_uri_is_bad_input(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(graph.config(tracking="mlflow", tracking_path="nosuch://x")))
-    assert main(["train", str(config), "--quiet"]) == EXIT_BAD_INPUT
-    error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "tracking_path: MLflow at nosuch://x" in error, error
-
-
-def test_without_mlflow_training_is_refused_naming_the_extra(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # import fails, as if not installed
-    graph = write_planted_graph(tmp_path / "graph", num_partitions=1, num_edges=500)
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps(graph.config(tracking="mlflow")))
-    assert main(["train", str(config), "--quiet"]) == EXIT_BAD_INPUT
-    error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "pip install 'tessera[mlflow]'" in error
+    code, error = refused_training(tmp_path, capsys, tracking="mlflow",
+                                   tracking_path="nosuch://x")
+    assert code == EXIT_BAD_INPUT and "tracking_path: MLflow at nosuch://x" in error, error
 
 
 def test_run_parameters_hold_no_secret_and_fit_mlflow() -> None:
