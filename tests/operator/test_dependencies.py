@@ -63,8 +63,9 @@ def test_every_third_party_import_of_the_operator_is_declared() -> None:
 
 
 def test_every_third_party_import_of_the_trainer_and_the_tests_is_declared() -> None:
-    # The optional extras' packages (tracking, tuning) are imported where they are used.
-    trainer = ["dependencies", "trainer", "tracking", "tune"]
+    # The optional extras' packages (tracking, MLflow, tuning) are imported where they are
+    # used.
+    trainer = ["dependencies", "trainer", "tracking", "mlflow", "tune"]
     assert undeclared(REPO / "trainer" / "tessera", trainer) == {}
     everything = [*trainer, "operator", "dev"]
     assert undeclared(REPO / "tests", everything) == {}
