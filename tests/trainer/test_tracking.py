@@ -6,6 +6,7 @@ training_stats.json and JSON log."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -267,9 +268,22 @@ def test_an_mlflow_run_holds_the_curves_and_config_of_the_run_and_of_a_resumed_o
     assert all(value > 0 for _, value in curves["epoch/edges_per_s"])
 
     # Another checkpoint path is another run.
+    other = str(graph.root / "other")
     train(graph, tmp_path, num_epochs=1, tracking="mlflow", tracking_path=mlflow_uri,
-          checkpoint_path=str(graph.root / "other"))
+          checkpoint_path=other)
     assert sorted(r.info.run_name for r in mlflow_runs(mlflow_uri)) == ["checkpoints", "other"]
+
+    # Emptied to train afresh, a path gets a new run, whose curves start again.
+    (first_other,) = [r for r in mlflow_runs(mlflow_uri) if r.info.run_name == "other"]
+    shutil.rmtree(other)
+    train(graph, tmp_path, num_epochs=1, tracking="mlflow", tracking_path=mlflow_uri,
+          checkpoint_path=other)
+    runs = [r for r in mlflow_runs(mlflow_uri) if r.info.run_name == "other"]
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+    for run in runs:
+        assert [step for step, _ in mlflow_curves(mlflow_uri, run.info.run_id)["epoch/loss"]] \
+            == [1]
+    assert first_other.info.run_id in {r.info.run_id for r in runs}
 
 
 @pytest.mark.parametrize(("stop", "status"), [(RuntimeError("a bucket went missing"), "FAILED"),

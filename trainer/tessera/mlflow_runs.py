@@ -1,7 +1,8 @@
 """`tracking: mlflow`: a training run's curves as the metrics of an MLflow run.
 
-One MLflow run per checkpoint path: a rerun that resumes the checkpoint finds its run by a tag
-(a hash of the checkpoint path) and goes on logging into it, as the TensorBoard curves go on.
+One MLflow run per training of a checkpoint path: a rerun that resumes the checkpoint finds its
+run by a tag (a hash of the checkpoint path) and goes on logging into it, as the TensorBoard
+curves go on; a path with no committed chunk (new, or emptied to train afresh) gets a new run.
 The run's parameters are the config's top-level keys, secrets redacted, logged once (MLflow
 keeps a parameter's first value). `tracking_path` is the tracking URI (`http://host:5000`,
 `sqlite:///mlflow.db`, `databricks`...); without it MLflow's own setting applies
@@ -58,12 +59,12 @@ class MlflowRun:
     """The MLflow run of a checkpoint path: made or found when opened, its points logged
     without waiting, ended with the training's outcome."""
 
-    def __init__(self, config: ConfigSchema) -> None:
+    def __init__(self, config: ConfigSchema, *, resume: bool = False) -> None:
         client_class = mlflow_client_class()
         self._pending: list[Any] = []  # MLflow's handles of the batches still queued
         try:
             self.client = client_class(tracking_uri=config.tracking_path)
-            self.run_id = self._find_or_start(config)
+            self.run_id = self._find_or_start(config, resume)
         except Exception as error:  # noqa: BLE001 - MLflow's and its HTTP stack's, classified
             raise _classified(error, config.tracking_path) from error
 
@@ -79,6 +80,12 @@ class MlflowRun:
                                                        synchronous=False))
         except Exception as error:  # noqa: BLE001 - tracking never stops a training run
             self._warn("tracking points not logged", error)
+
+    def compare_by(self, values: Mapping[str, Any], figures: Mapping[str, float],
+                   step: int) -> None:
+        """The figures as metrics at `step`; the values are parameters already (the config's
+        keys)."""
+        self.write([(name, value, step) for name, value in figures.items()])
 
     def close(self, status: str) -> None:
         """Wait for the queued points, then end the run as `FINISHED`, `FAILED` or `KILLED`."""
@@ -96,7 +103,7 @@ class MlflowRun:
         _log.warning(message, extra={"fields": {
             "run_id": self.run_id, "error": without_url_credentials(one_line(error))}})
 
-    def _find_or_start(self, config: ConfigSchema) -> str:
+    def _find_or_start(self, config: ConfigSchema, resume: bool) -> str:
         experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
         experiment = self.client.get_experiment_by_name(experiment_name)
         experiment_id = experiment.experiment_id if experiment is not None \
@@ -105,7 +112,7 @@ class MlflowRun:
         if "://" not in checkpoint:  # a local path: the same run from any working folder
             checkpoint = os.path.abspath(checkpoint)
         checkpoint_key = hashlib.sha256(checkpoint.encode()).hexdigest()[:32]
-        found = self.client.search_runs(
+        found = resume and self.client.search_runs(
             [experiment_id], f"tags.`{CHECKPOINT_TAG}` = '{checkpoint_key}'", max_results=1,
             order_by=["attributes.start_time DESC"])
         if found:

@@ -63,41 +63,57 @@ def tracking_url(config: ConfigSchema) -> str:
 
 
 @contextlib.contextmanager
-def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None) -> Iterator[None]:
+def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None, *,
+             stopped_by: tuple[type[BaseException], ...] = ()) -> Iterator[CurveTracker | None]:
     """Track the training run of the block as the config says (in a distributed job, only
-    trainer 0, which commits, has anything to write). The run ends `FINISHED`, `FAILED`, or
-    `KILLED` when stopped (an MLflow run's status; TensorBoard has none)."""
+    trainer 0, which commits, has anything to write); the block gets the tracker, None when
+    nothing is tracked. The run ends `FINISHED`, `FAILED`, or `KILLED` when stopped: Ctrl-C,
+    SIGTERM or one of `stopped_by` (a tune's pruner) (an MLflow run's status; TensorBoard has
+    none)."""
     if config.tracking not in (TENSORBOARD, MLFLOW) or (rank or 0) > 0:
-        yield
+        yield None
         return
     from .storage.checkpoint import CheckpointStore
 
     edges = sum(int(line["stats"]["count"])
                 for line in CheckpointStore.from_config(config).read_stats())
-    tracker = CurveTracker(open_writer(config), edges_before=edges)
+    tracker = CurveTracker(open_writer(config, resume=edges > 0), edges_before=edges)
     reporter.listeners.append(tracker.record)
+    killed_by: tuple[type[BaseException], ...] = (KeyboardInterrupt, Terminated, *stopped_by)
     status = "FAILED"
     try:
-        yield
+        yield tracker
         status = "FINISHED"
-    except (KeyboardInterrupt, Terminated):
-        status = "KILLED"
+    except BaseException as error:
+        if isinstance(error, killed_by):
+            status = "KILLED"
         raise
     finally:
         reporter.listeners.remove(tracker.record)
         tracker.close(status)
 
 
-def open_writer(config: ConfigSchema) -> CurveWriter:
-    """The writer `tracking` names, ready to take points."""
+def open_writer(config: ConfigSchema, *, resume: bool = False) -> CurveWriter:
+    """The writer `tracking` names, ready to take points; `resume`: the checkpoint path
+    holds committed chunks, whose curves the writer goes on (an MLflow run is found again)."""
     if config.tracking == MLFLOW:
         from .mlflow_runs import MlflowRun
 
-        return MlflowRun(config)
+        return MlflowRun(config, resume=resume)
     writer_class = summary_writer_class()
     log_dir = Directory.from_config(tracking_url(config), config)
     log_dir.check_writable()
     return TensorBoardFiles(log_dir, writer_class)
+
+
+def trial_tracking_path(config: ConfigSchema, tune_dir: str, trial: str) -> str | None:
+    """Where a tune's trial tracks its run: TensorBoard's files in a folder a trial, under
+    `tracking_path` or `tune/tensorboard` (not in the trial's checkpoints, which are deleted
+    unless it is the best), so that one `--logdir` shows every trial; MLflow's URI as it
+    is."""
+    if config.tracking != TENSORBOARD:
+        return config.tracking_path
+    return f"{(config.tracking_path or f'{tune_dir}/{TENSORBOARD}').rstrip('/')}/{trial}"
 
 
 def summary_writer_class() -> Any:
@@ -116,6 +132,12 @@ Point = tuple[str, float, int]  # (name, value, step)
 
 class CurveWriter(Protocol):
     def write(self, points: list[Point]) -> None: ...
+
+    def compare_by(self, values: Mapping[str, Any], figures: Mapping[str, float],
+                   step: int) -> None:
+        """The values a run was given and the figures it is judged by, at `step` (a tune's
+        trial: its sampled values and its validation metrics), to compare runs side by
+        side."""
 
     def close(self, status: str) -> None: ...
 
@@ -163,6 +185,20 @@ class TensorBoardFiles:
     def write(self, points: list[Point]) -> None:
         writer = self._open()
         for name, value, step in points:
+            writer.add_scalar(name, value, step)
+        self._upload()
+
+    def compare_by(self, values: Mapping[str, Any], figures: Mapping[str, float],
+                   step: int) -> None:
+        """The figures as scalars, and with the values as a session of TensorBoard's HParams
+        tab, in the run's own event file (`add_hparams` would open a second writer, whose
+        file takes the same name when opened within the same second)."""
+        from tensorboardX.summary import hparams
+
+        writer = self._open()
+        for summary in hparams(dict(values), dict(figures)):
+            writer.file_writer.add_summary(summary)
+        for name, value in figures.items():
             writer.add_scalar(name, value, step)
         self._upload()
 

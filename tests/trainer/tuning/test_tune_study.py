@@ -11,7 +11,7 @@ import numpy as np
 import optuna
 import pytest
 import yaml
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 from support.planted import write_planted_graph
 
 from tessera.cli import main
@@ -196,3 +196,81 @@ def test_valid_every_prunes_by_the_filtered_validation_mrr(workspace: Path) -> N
     assert hopeless.state == TrialState.PRUNED
     assert hopeless.user_attrs["reported"] == "valid_mrr"
     assert hopeless.intermediate_values[1] < good.intermediate_values[1]
+
+
+# --- Tracking: each trial's run, to compare trials by -----------------------------------------
+
+EVERY_EPOCH = ("-p", "eval_fraction=0", "-p", "checkpoint_preservation_interval=1",
+               "--valid-every", "1")
+
+
+def tune_a_good_then_a_pruned_trial(root: Path, *tracking: str) -> tuple[FrozenTrial, ...]:
+    """Trial 0 runs its 3 epochs, reporting the validation MRR of the first two; trial 1
+    (lr 0) is pruned after its first."""
+    write_space(root, {"lr": {"low": 0.3, "high": 0.3}}, "good.yaml")
+    write_space(root, {"lr": {"low": 0.0, "high": 0.0}}, "hopeless.yaml")
+    assert tune(root, "--trials", "1", *EVERY_EPOCH, *tracking, space="good.yaml") == 0
+    assert tune(root, "--trials", "2", "--startup-trials", "1", "--warmup-epochs", "0",
+                *EVERY_EPOCH, *tracking, space="hopeless.yaml") == 0
+    good, pruned = study_of(root).trials
+    assert good.state == TrialState.COMPLETE and pruned.state == TrialState.PRUNED
+    return good, pruned
+
+
+def valid_curve(trial: FrozenTrial) -> list[tuple[int, float]]:
+    """The validation MRRs a trial's tracked run should hold: those reported to the pruner,
+    and the score at the last epoch (3) of a complete trial."""
+    final = [(3, trial.value)] if trial.state == TrialState.COMPLETE else []
+    return [*sorted(trial.intermediate_values.items()), *final]
+
+
+def test_tensorboard_keeps_each_trials_curves_and_values_beside_the_others(
+        workspace: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata, plugin_data_pb2
+
+    good, pruned = tune_a_good_then_a_pruned_trial(workspace, "-p", "tracking=tensorboard")
+    log_dir = workspace / "checkpoints" / "tune" / "tensorboard"
+    assert sorted(path.name for path in log_dir.iterdir()) == ["trial_0", "trial_1"]
+    assert not (workspace / "checkpoints" / "tune" / "trial_1").exists()  # curves outlive it
+    for trial in (good, pruned):
+        events = EventAccumulator(str(log_dir / f"trial_{trial.number}"),
+                                  size_guidance={"scalars": 0})
+        events.Reload()
+        curve = [(event.step, event.value) for event in events.Scalars("valid/mrr")]
+        assert curve == [(step, pytest.approx(value)) for step, value in valid_curve(trial)]
+        assert [event.step for event in events.Scalars("epoch/loss")] == \
+            [1, 2, 3][:len(trial.intermediate_values) + (trial == good)]
+        if trial == pruned:  # judged by nothing: not a session of the HParams tab
+            with pytest.raises(KeyError, match="hparams"):
+                events.PluginTagToContent(metadata.PLUGIN_NAME)
+            continue
+        sessions = events.PluginTagToContent(metadata.PLUGIN_NAME)
+        start = plugin_data_pb2.HParamsPluginData.FromString(
+            sessions[metadata.SESSION_START_INFO_TAG]).session_start_info
+        assert set(start.hparams) == {"lr"}  # the values drawn, from good.yaml's space
+        assert start.hparams["lr"].number_value == pytest.approx(0.3)
+        assert events.Scalars("valid/hits_at_10")[-1].step == 3
+
+
+def test_mlflow_has_a_run_a_trial_with_its_values_and_outcome(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlflow import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    uri = f"sqlite:///{workspace / 'mlflow.db'}"
+    good, pruned = tune_a_good_then_a_pruned_trial(
+        workspace, "-p", "tracking=mlflow", "-p", f"tracking_path={uri}")
+    client = MlflowClient(tracking_uri=uri)
+    runs = {run.info.run_name: run for run in client.search_runs(
+        [client.get_experiment_by_name("tessera").experiment_id])}
+    assert sorted(runs) == ["trial_0", "trial_1"]
+    assert runs["trial_0"].info.status == "FINISHED"
+    assert runs["trial_1"].info.status == "KILLED"  # stopped by the pruner
+    for trial in (good, pruned):
+        run = runs[f"trial_{trial.number}"]
+        assert float(run.data.params["lr"]) == trial.params["lr"]
+        curve = sorted((metric.step, metric.value) for metric
+                       in client.get_metric_history(run.info.run_id, "valid/mrr"))
+        assert curve == [(step, pytest.approx(value)) for step, value in valid_curve(trial)]
+        assert "epoch/loss" in run.data.metrics

@@ -624,18 +624,19 @@ def preserved_as(config: ConfigSchema, schedule: TrainingSchedule,
 def publish_checkpoint(schedule: TrainingSchedule, store: CheckpointStore, version: int,
                        position: ChunkPosition, reporter: Reporter, commit_seconds: float,
                        stats: list[dict[str, Any]]) -> None:
-    """After `version` is committed: announce it (with the share of the whole run it
+    """After `version` is committed: hand its bucket `stats` to the listeners (experiment
+    tracking: first, so that a listener that stops training at the announcement, as a tune's
+    pruner does, leaves the curves whole), announce it (with the share of the whole run it
     completes, which a watcher cannot compute when num_edge_chunks comes from the data, and
-    the `commit_seconds` its partitions, model and commit took to write), hand its bucket
-    `stats` to the listeners (experiment tracking), then finish the commit (the stats
-    appended, its epoch copy made: see CheckpointStore.commit)."""
+    the `commit_seconds` its partitions, model and commit took to write), then finish the
+    commit (the stats appended, its epoch copy made: see CheckpointStore.commit)."""
+    reporter.notify(CHUNK_STATS, **{EPOCH: position.epoch_idx + 1, STATS: stats,
+                                    EPOCH_ENDED: schedule.ends_epoch(position)})
     reporter.event(CHECKPOINT_COMMITTED, **{
         CHECKPOINT_VERSION: version, EPOCH: position.epoch_idx + 1,
         "edge_path": position.edge_path_idx, "edge_chunk": position.edge_chunk_idx,
         CHUNKS_DONE: schedule.index_of(position) + 1, CHUNKS_TOTAL: schedule.num_positions,
         COMMIT_SECONDS: round(commit_seconds, 3)})
-    reporter.notify(CHUNK_STATS, **{EPOCH: position.epoch_idx + 1, STATS: stats,
-                                    EPOCH_ENDED: schedule.ends_epoch(position)})
     store.finish_commit()
 
 

@@ -11,6 +11,7 @@ neither file's training resumes the other's checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from ..config.redaction import redacted, without_url_credentials
 from ..errors import ConfigError
 from ..log_records import is_number
 from ..storage.fs import Directory
+from ..tracking import trial_tracking_path
 from .space import Dimension, SearchSpace, with_values
 from .trial import VALID_METRICS, Judging, run_trial
 
@@ -123,6 +125,8 @@ def objective(setup: TuneSetup, on_trial: Callable[[int], None],
         values = setup.space.suggest(trial)
         config = parse_config(with_values(setup.raw_config,
                                           {**values, "checkpoint_path": str(folder)}))
+        config = dataclasses.replace(config, tracking_path=trial_tracking_path(
+            config, str(setup.tune_dir), folder.name))
         return run_trial(trial, config, setup.judging, on_progress)
 
     return run

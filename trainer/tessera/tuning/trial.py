@@ -8,6 +8,11 @@ checkpoint. At the end of an epoch the listener reports a figure to the Optuna t
 epoch's mean held-out MRR. It raises `TrialPruned` there, as Ctrl-C raises KeyboardInterrupt,
 when the pruner gives up on the trial: training stops as it stops for any error, its workers
 ended and its lease released.
+
+With `tracking` on, a trial's run is tracked as `tessera train`'s is, where
+`tracking.trial_tracking_path` says, with its validation MRRs as points and, at the end, its
+validation metrics and sampled values to compare trials by; a pruned trial's run ends KILLED,
+a diverged one's FAILED.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from ..log_records import (
     is_number,
 )
 from ..progress import Reporter
+from ..tracking import tag_name, tracking
 from ..training.coordinator import train
 
 # What a trial reports to the pruner (its user attribute REPORTED says which).
@@ -43,6 +49,7 @@ VALID_MRR = "valid_mrr"
 HELD_OUT_MRR = "held_out_mrr"
 REPORTED = "reported"
 VALID_METRICS = "valid_metrics"  # a complete trial's user attribute: its validation metrics
+VALID_TAG = "valid"  # the prefix of the validation metrics in a trial's tracked curves
 
 # The validation MRR given to a trial whose loss stopped being a number: its scores are NaN,
 # and a NaN score outranks nothing, which would read as a perfect MRR.
@@ -71,11 +78,11 @@ class EpochReports:
 
     def __init__(self, trial: optuna.Trial, num_epochs: int,
                  on_progress: Callable[[dict[str, Any]], None],
-                 judge: Callable[[], float] | None = None, every: int = 0) -> None:
+                 judge: Callable[[int], float] | None = None, every: int = 0) -> None:
         self.trial = trial
         self.num_epochs = max(num_epochs, 1)
         self.on_progress = on_progress
-        self.judge = judge  # the newest checkpoint's filtered validation MRR
+        self.judge = judge  # the newest checkpoint's filtered validation MRR, at an epoch
         self.every = every
         self.mrrs: dict[int, float] = {}  # held-out MRR by buckets_done, this epoch
         # Buckets done by the last epoch reported: a record repeats the last bucket's fields
@@ -106,7 +113,7 @@ class EpochReports:
         epoch = done // per_epoch
         if self.judge is not None:
             if epoch % self.every == 0 and epoch < self.num_epochs:  # the last: the score
-                self._report(self.judge(), epoch, VALID_MRR)
+                self._report(self.judge(epoch), epoch, VALID_MRR)
         elif self.mrrs:  # held-out edges (eval_fraction > 0)
             mean = sum(self.mrrs.values()) / len(self.mrrs)
             self.reported_through = max(self.mrrs)
@@ -124,26 +131,49 @@ def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
               on_progress: Callable[[dict[str, Any]], None]) -> float:
     """Train `config` (its checkpoint_path the trial's folder) and return the filtered MRR
     of the validation edges; raises TrialPruned if the pruner stops it."""
-    def judge() -> float:
-        return float(validation_metrics(config, judging, Reporter("quiet"))[MRR])
-
-    reports = EpochReports(trial, config.num_epochs, on_progress,
-                           judge if judging.every else None, judging.every)
-    reporter = Reporter("quiet")
-    reporter.listeners.append(reports)
     try:
-        summary = train(config, reporter)
+        metrics = _train_and_judge(trial, config, judging, on_progress)
     except Diverged:
-        return _diverged(trial)
+        trial.set_user_attr("diverged", True)
+        return DIVERGED_MRR
     finally:
         stop_descriptor_server()
-    if reports.diverged or (summary.last_loss is not None
-                            and not math.isfinite(summary.last_loss)):
-        return _diverged(trial)
-    metrics = validation_metrics(config, judging, reporter)
     trial.set_user_attr(VALID_METRICS, {key: value for key, value in metrics.items()
                                           if is_number(value)})
     return float(metrics[MRR])
+
+
+def _train_and_judge(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
+                     on_progress: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """The trial's training and its validation metrics, tracked as the config says (the
+    validation MRRs the pruner judges by are points of the curves too); raises Diverged."""
+    reporter = Reporter("quiet")
+    with tracking(config, reporter, stopped_by=(optuna.TrialPruned,)) as curves:
+        def judge(epoch: int) -> float:
+            mrr = float(validation_metrics(config, judging, Reporter("quiet"))[MRR])
+            if curves is not None:
+                curves.writer.write([(f"{VALID_TAG}/{MRR}", mrr, epoch)])
+            return mrr
+
+        reports = EpochReports(trial, config.num_epochs, on_progress,
+                               judge if judging.every else None, judging.every)
+        reporter.listeners.append(reports)
+        summary = train(config, reporter)
+        if reports.diverged or (summary.last_loss is not None
+                                and not math.isfinite(summary.last_loss)):
+            raise Diverged
+        metrics = validation_metrics(config, judging, reporter)
+        if curves is not None:
+            curves.writer.compare_by(trial.params, tracked_figures(metrics),
+                                     step=config.num_epochs)
+    return metrics
+
+
+def tracked_figures(metrics: dict[str, Any]) -> dict[str, float]:
+    """The validation metrics a trial's tracked run is compared by: `valid/mrr`,
+    `valid/hits_at_10`..."""
+    return {f"{VALID_TAG}/{tag_name(name)}": float(value) for name, value in metrics.items()
+            if name not in ("count", "checkpoint_version") and is_number(value)}
 
 
 def validation_metrics(config: ConfigSchema, judging: Judging,
@@ -164,6 +194,3 @@ def stop_descriptor_server() -> None:
     resource_sharer.stop()
 
 
-def _diverged(trial: optuna.Trial) -> float:
-    trial.set_user_attr("diverged", True)
-    return DIVERGED_MRR
