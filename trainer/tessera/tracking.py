@@ -106,14 +106,19 @@ def open_writer(config: ConfigSchema, *, resume: bool = False) -> CurveWriter:
     return TensorBoardFiles(log_dir, writer_class)
 
 
-def trial_tracking_path(config: ConfigSchema, tune_dir: str, trial: str) -> str | None:
-    """Where a tune's trial tracks its run: TensorBoard's files in a folder a trial, under
-    `tracking_path` or `tune/tensorboard` (not in the trial's checkpoints, which are deleted
-    unless it is the best), so that one `--logdir` shows every trial; MLflow's URI as it
-    is."""
+def tune_tracking_url(config: ConfigSchema, tune_dir: str) -> str | None:
+    """Where a tune's trials track their runs: TensorBoard's files under `tracking_path` or
+    `tune/tensorboard` (not in a trial's checkpoints, which are deleted unless it is the best),
+    a folder a trial, so that one `--logdir` shows every trial; MLflow's URI as it is."""
     if config.tracking != TENSORBOARD:
         return config.tracking_path
-    return f"{(config.tracking_path or f'{tune_dir}/{TENSORBOARD}').rstrip('/')}/{trial}"
+    return (config.tracking_path or f"{tune_dir}/{TENSORBOARD}").rstrip("/")
+
+
+def trial_tracking_path(config: ConfigSchema, tune_dir: str, trial: str) -> str | None:
+    """The `tracking_path` of a tune's trial (see `tune_tracking_url`)."""
+    url = tune_tracking_url(config, tune_dir)
+    return f"{url}/{trial}" if config.tracking == TENSORBOARD else url
 
 
 def summary_writer_class() -> Any:

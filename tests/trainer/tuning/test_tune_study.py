@@ -4,6 +4,7 @@ is never read."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,9 @@ def write_space(root: Path, space: dict[str, Any], name: str = "space.yaml") -> 
     return root / name
 
 
-def tune(root: Path, *args: str, space: str = "space.yaml") -> int:
+def tune(root: Path, *args: str, space: str = "space.yaml", output: str = "--quiet") -> int:
     return main(["tune", str(root / "config.yaml"), "-p", f"edge_paths={root / 'train'}",
-                 "--valid", str(root / "test"), "--space", str(root / space), "--quiet",
-                 *args])
+                 "--valid", str(root / "test"), "--space", str(root / space), output, *args])
 
 
 def study_of(root: Path) -> optuna.Study:
@@ -211,7 +211,7 @@ def tune_a_good_then_a_pruned_trial(root: Path, *tracking: str) -> tuple[FrozenT
     write_space(root, {"lr": {"low": 0.0, "high": 0.0}}, "hopeless.yaml")
     assert tune(root, "--trials", "1", *EVERY_EPOCH, *tracking, space="good.yaml") == 0
     assert tune(root, "--trials", "2", "--startup-trials", "1", "--warmup-epochs", "0",
-                *EVERY_EPOCH, *tracking, space="hopeless.yaml") == 0
+                *EVERY_EPOCH, *tracking, space="hopeless.yaml", output="--log-format=json") == 0
     good, pruned = study_of(root).trials
     assert good.state == TrialState.COMPLETE and pruned.state == TrialState.PRUNED
     return good, pruned
@@ -225,12 +225,15 @@ def valid_curve(trial: FrozenTrial) -> list[tuple[int, float]]:
 
 
 def test_tensorboard_keeps_each_trials_curves_and_values_beside_the_others(
-        workspace: Path) -> None:
+        workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import metadata, plugin_data_pb2
 
     good, pruned = tune_a_good_then_a_pruned_trial(workspace, "-p", "tracking=tensorboard")
     log_dir = workspace / "checkpoints" / "tune" / "tensorboard"
+    (summary,) = [record for record in map(json.loads, capsys.readouterr().err.splitlines())
+                  if record.get("event") == "tuning finished"]
+    assert summary["tracking"] == f"tensorboard: {log_dir}"  # where to point TensorBoard
     assert sorted(path.name for path in log_dir.iterdir()) == ["trial_0", "trial_1"]
     assert not (workspace / "checkpoints" / "tune" / "trial_1").exists()  # curves outlive it
     for trial in (good, pruned):

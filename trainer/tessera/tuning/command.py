@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import apply_overrides, parse_config, read_config_dict
+from ..config.redaction import without_url_credentials
 from ..config.schema import ConfigSchema
 from ..data.graph_data import check_flag_edge_sets
 from ..errors import ConfigError
@@ -23,6 +24,7 @@ from ..log_records import EPOCH, MRR
 from ..progress import Reporter, Task
 from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
+from ..tracking import MLFLOW, TENSORBOARD, tune_tracking_url
 from .space import SearchSpace, load_space
 from .study import (
     TuneSetup,
@@ -162,7 +164,11 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
     result = TuneResult(best_config, refit_config,
                         best.number if best else None, best.value if best else None,
                         valid_stderr(best) if best else None, finished_trials(study))
-    reporter.summary(TUNING_FINISHED, summary_rows(result, best, tune_dir))
+    rows = summary_rows(result, best, tune_dir)
+    if config.tracking in (TENSORBOARD, MLFLOW):  # where the trials' runs are
+        url = tune_tracking_url(config, str(tune_dir)) or "MLflow's default tracking URI"
+        rows["tracking"] = f"{config.tracking}: {without_url_credentials(url)}"
+    reporter.summary(TUNING_FINISHED, rows)
     return result
 
 
