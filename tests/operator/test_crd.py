@@ -20,6 +20,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from support.sentinels import DELETE
 
 from tessera.config import ConfigSchema, EntitySchema, RelationSchema, parse_config
 from tessera.errors import ConfigError
@@ -288,22 +289,20 @@ def _set(job: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
     node = job
     for key in parents:
         node = node[int(key)] if isinstance(node, list) else node[key]
-    if value is _DELETE:
+    if value is DELETE:
         del node[last]
     else:
         node[last] = value
     return job
 
 
-_DELETE = object()
-
 MALFORMED = [
     ("spec.replicas", 2, "Additional properties are not allowed ('replicas' was unexpected)"),
     ("spec.trainers.replicas", 0, "0 is less than the minimum of 1"),
     ("spec.partitionServers.replicas", -1, "-1 is less than the minimum of 0"),
     ("spec.trainers.replicas", "2", "'2' is not of type 'integer'"),
-    ("spec.image", _DELETE, "'image' is a required property"),
-    ("spec.config", _DELETE, "'config' is a required property"),
+    ("spec.image", DELETE, "'image' is a required property"),
+    ("spec.config", DELETE, "'config' is a required property"),
     ("spec.imagePullPolicy", "Sometimes", "'Sometimes' is not one of"),
     ("spec.trainers.resources.requests.memory", "32 GB", "does not match"),
     ("spec.trainers.resources.claims", [], "('claims' was unexpected)"),
@@ -322,7 +321,7 @@ MALFORMED = [
     ("spec.runPolicy.suspend", "yes", "'yes' is not of type 'boolean'"),
     ("spec.runPolicy.restartPolicy", "Always", "was unexpected"),
     ("spec.config.workers", 0, "0 is less than the minimum of 1"),
-    ("spec", _DELETE, "'spec' is a required property"),
+    ("spec", DELETE, "'spec' is a required property"),
 ]
 
 

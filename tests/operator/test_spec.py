@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from operator_support import CONFIG, example_jobs, job_object
+from support.sentinels import DELETE
 
 from tessera.errors import ConfigError
 from tessera_operator.crd import embedding_job_crd
@@ -39,8 +40,6 @@ def changed(path: str, value: Any) -> dict[str, Any]:
         node[last] = value
     return spec
 
-
-DELETE = object()
 
 
 def test_examples_parse_with_their_values() -> None:
