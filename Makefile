@@ -21,16 +21,21 @@ $(VENV)/.dev: $(VENV)/.trainer
 demo: $(VENV)/.trainer  ## import UMLS, train ComplEx, evaluate and export (a few minutes)
 	PATH="$(BIN):$$PATH" bash examples/umls/demo.sh
 
+# The test targets run pytest in TEST_WORKERS processes (pytest-xdist), each test file whole in
+# one of them, so that its module-wide servers start once; TEST_WORKERS=0 runs in this one.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: $(VENV)/.dev  ## the whole test suite
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 # The fast lane: the unit and component tests, without those marked slow, the fault families
 # and the end-to-end ones (a real API server, pods as processes); the whole suite before a merge.
 test-fast: $(VENV)/.dev  ## most tests in a few minutes: not slow, faults or end-to-end
-	$(BIN)/python -m pytest -m "not slow and not faults and not real_cluster" --ignore=tests/e2e
+	$(PYTEST) -m "not slow and not faults and not real_cluster" --ignore=tests/e2e
 
 faults: $(VENV)/.dev  ## the fault families alone (tests/faults: kills, OS errors, races, secrets)
-	$(BIN)/python -m pytest -m faults
+	$(PYTEST) -m faults
 
 lint: $(VENV)/.dev docs  ## ruff, mypy (its files: pyproject.toml's [tool.mypy]) and the docs build
 	$(BIN)/ruff check trainer operator tests bench
