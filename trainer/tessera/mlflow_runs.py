@@ -36,6 +36,7 @@ EXTRA = "mlflow"  # the pip extra that brings the client
 DEFAULT_EXPERIMENT = "tessera"
 CHECKPOINT_TAG = "tessera.checkpoint"  # the hash a resumed run is found by
 CHECKPOINT_PATH_TAG = "tessera.checkpoint_path"  # the same path, for people
+PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own tag of a nested run (a tune's trial)
 # MLflow error codes that say the request itself is wrong (retrying cannot help).
 _BAD_REQUEST_CODES = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "ENDPOINT_NOT_FOUND",
                                 "PERMISSION_DENIED", "UNAUTHENTICATED", "INVALID_STATE"})
@@ -59,12 +60,13 @@ class MlflowRun:
     """The MLflow run of a checkpoint path: made or found when opened, its points logged
     without waiting, ended with the training's outcome."""
 
-    def __init__(self, config: ConfigSchema, *, resume: bool = False) -> None:
+    def __init__(self, config: ConfigSchema, *, resume: bool = False,
+                 parent: MlflowRun | None = None) -> None:
         client_class = mlflow_client_class()
         self._pending: list[Any] = []  # MLflow's handles of the batches still queued
         try:
             self.client = client_class(tracking_uri=config.tracking_path)
-            self.run_id = self._find_or_start(config, resume)
+            self.run_id = self._find_or_start(config, resume, parent)
         except Exception as error:  # noqa: BLE001 - MLflow's and its HTTP stack's, classified
             raise _classified(error, config.tracking_path) from error
 
@@ -103,7 +105,8 @@ class MlflowRun:
         _log.warning(message, extra={"fields": {
             "run_id": self.run_id, "error": without_url_credentials(one_line(error))}})
 
-    def _find_or_start(self, config: ConfigSchema, resume: bool) -> str:
+    def _find_or_start(self, config: ConfigSchema, resume: bool,
+                       parent: MlflowRun | None) -> str:
         experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT
         experiment = self.client.get_experiment_by_name(experiment_name)
         experiment_id = experiment.experiment_id if experiment is not None \
@@ -120,8 +123,9 @@ class MlflowRun:
             self.client.update_run(run_id, status="RUNNING")
             return run_id
         name = checkpoint.rstrip("/").rsplit("/", 1)[-1] or checkpoint
+        nested = {} if parent is None else {PARENT_RUN_TAG: parent.run_id}
         run = self.client.create_run(experiment_id, run_name=name, tags={
-            CHECKPOINT_TAG: checkpoint_key, CHECKPOINT_PATH_TAG: checkpoint})
+            CHECKPOINT_TAG: checkpoint_key, CHECKPOINT_PATH_TAG: checkpoint, **nested})
         from mlflow.entities import Param
 
         self.client.log_batch(run.info.run_id, params=[

@@ -30,6 +30,7 @@ written by then) and, complete, at the end.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -64,12 +65,13 @@ def tracking_url(config: ConfigSchema) -> str:
 
 @contextlib.contextmanager
 def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None, *,
-             stopped_by: tuple[type[BaseException], ...] = ()) -> Iterator[CurveTracker | None]:
+             stopped_by: tuple[type[BaseException], ...] = (),
+             parent: CurveWriter | None = None) -> Iterator[CurveTracker | None]:
     """Track the training run of the block as the config says (in a distributed job, only
     trainer 0, which commits, has anything to write); the block gets the tracker, None when
     nothing is tracked. The run ends `FINISHED`, `FAILED`, or `KILLED` when stopped: Ctrl-C,
     SIGTERM or one of `stopped_by` (a tune's pruner) (an MLflow run's status; TensorBoard has
-    none)."""
+    none). `parent`: the run of a tune's study, which an MLflow run is nested in."""
     if config.tracking not in (TENSORBOARD, MLFLOW) or (rank or 0) > 0:
         yield None
         return
@@ -77,29 +79,62 @@ def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None, 
 
     edges = sum(int(line["stats"]["count"])
                 for line in CheckpointStore.from_config(config).read_stats())
-    tracker = CurveTracker(open_writer(config, resume=edges > 0), edges_before=edges)
+    tracker = CurveTracker(open_writer(config, resume=edges > 0, parent=parent),
+                           edges_before=edges)
     reporter.listeners.append(tracker.record)
+    try:
+        with ended_by_outcome(tracker.writer, stopped_by):
+            yield tracker
+    finally:
+        reporter.listeners.remove(tracker.record)
+
+
+@contextlib.contextmanager
+def study_tracking(config: ConfigSchema, tune_dir: str, *,
+                   resume: bool) -> Iterator[CurveWriter | None]:
+    """The run of a tune's study, as the config's tracking says (None: not tracked): the
+    parent of the trials' MLflow runs, named after the tune folder; TensorBoard's files at
+    the top of the trials' folders. `resume`: the study has earlier trials, and its run goes
+    on."""
+    if config.tracking not in (TENSORBOARD, MLFLOW):
+        yield None
+        return
+    writer = open_writer(dataclasses.replace(
+        config, checkpoint_path=tune_dir, tracking_path=tune_tracking_url(config, tune_dir)),
+        resume=resume)
+    with ended_by_outcome(writer):
+        yield writer
+
+
+@contextlib.contextmanager
+def ended_by_outcome(writer: CurveWriter,
+                     stopped_by: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Close the writer when the block ends: `FINISHED`, `KILLED` by Ctrl-C, SIGTERM or one
+    of `stopped_by`, else `FAILED`."""
     killed_by: tuple[type[BaseException], ...] = (KeyboardInterrupt, Terminated, *stopped_by)
     status = "FAILED"
     try:
-        yield tracker
+        yield
         status = "FINISHED"
     except BaseException as error:
         if isinstance(error, killed_by):
             status = "KILLED"
         raise
     finally:
-        reporter.listeners.remove(tracker.record)
-        tracker.close(status)
+        writer.close(status)
 
 
-def open_writer(config: ConfigSchema, *, resume: bool = False) -> CurveWriter:
+def open_writer(config: ConfigSchema, *, resume: bool = False,
+                parent: CurveWriter | None = None) -> CurveWriter:
     """The writer `tracking` names, ready to take points; `resume`: the checkpoint path
-    holds committed chunks, whose curves the writer goes on (an MLflow run is found again)."""
+    holds committed chunks, whose curves the writer goes on (an MLflow run is found again);
+    `parent`: the writer of the run this one is nested in (MLflow's; TensorBoard nests by
+    folder)."""
     if config.tracking == MLFLOW:
         from .mlflow_runs import MlflowRun
 
-        return MlflowRun(config, resume=resume)
+        return MlflowRun(config, resume=resume,
+                         parent=parent if isinstance(parent, MlflowRun) else None)
     writer_class = summary_writer_class()
     log_dir = Directory.from_config(tracking_url(config), config)
     log_dir.check_writable()

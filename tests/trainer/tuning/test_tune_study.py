@@ -17,6 +17,7 @@ from support.planted import write_planted_graph
 
 from tessera.cli import main
 from tessera.config import parse_config
+from tessera.mlflow_runs import PARENT_RUN_TAG
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
@@ -234,7 +235,8 @@ def test_tensorboard_keeps_each_trials_curves_and_values_beside_the_others(
     (summary,) = [record for record in map(json.loads, capsys.readouterr().err.splitlines())
                   if record.get("event") == "tuning finished"]
     assert summary["tracking"] == f"tensorboard: {log_dir}"  # where to point TensorBoard
-    assert sorted(path.name for path in log_dir.iterdir()) == ["trial_0", "trial_1"]
+    assert sorted(path.name for path in log_dir.iterdir() if path.is_dir()) == \
+        ["trial_0", "trial_1"]
     assert not (workspace / "checkpoints" / "tune" / "trial_1").exists()  # curves outlive it
     for trial in (good, pruned):
         events = EventAccumulator(str(log_dir / f"trial_{trial.number}"),
@@ -254,6 +256,14 @@ def test_tensorboard_keeps_each_trials_curves_and_values_beside_the_others(
         assert set(start.hparams) == {"lr"}  # the values drawn, from good.yaml's space
         assert start.hparams["lr"].number_value == pytest.approx(0.3)
         assert events.Scalars("valid/hits_at_10")[-1].step == 3
+    # The study's own curves, at the top of the trials' folders: each complete trial's score
+    # and the best so far, by trial number, over both runs of the command.
+    study = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    study.Reload()
+    assert [(e.step, e.value) for e in study.Scalars("tune/valid_mrr")] == \
+        [(0, pytest.approx(good.value))]
+    assert [(e.step, e.value) for e in study.Scalars("tune/best_valid_mrr")] == \
+        [(0, pytest.approx(good.value)), (1, pytest.approx(good.value))]
 
 
 def test_mlflow_has_a_run_a_trial_with_its_values_and_outcome(
@@ -267,11 +277,17 @@ def test_mlflow_has_a_run_a_trial_with_its_values_and_outcome(
     client = MlflowClient(tracking_uri=uri)
     runs = {run.info.run_name: run for run in client.search_runs(
         [client.get_experiment_by_name("tessera").experiment_id])}
-    assert sorted(runs) == ["trial_0", "trial_1"]
+    assert sorted(runs) == ["trial_0", "trial_1", "tune"]  # one study run over both commands
     assert runs["trial_0"].info.status == "FINISHED"
     assert runs["trial_1"].info.status == "KILLED"  # stopped by the pruner
+    study_run = runs["tune"]
+    assert study_run.info.status == "FINISHED"
+    best = sorted((metric.step, metric.value) for metric in client.get_metric_history(
+        study_run.info.run_id, "tune/best_valid_mrr"))
+    assert best == [(0, pytest.approx(good.value)), (1, pytest.approx(good.value))]
     for trial in (good, pruned):
         run = runs[f"trial_{trial.number}"]
+        assert run.data.tags[PARENT_RUN_TAG] == study_run.info.run_id  # nested in the study's
         assert float(run.data.params["lr"]) == trial.params["lr"]
         curve = sorted((metric.step, metric.value) for metric
                        in client.get_metric_history(run.info.run_id, "valid/mrr"))

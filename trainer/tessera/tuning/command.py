@@ -24,7 +24,7 @@ from ..log_records import EPOCH, MRR
 from ..progress import Reporter, Task
 from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
-from ..tracking import MLFLOW, TENSORBOARD, tune_tracking_url
+from ..tracking import MLFLOW, TENSORBOARD, Point, study_tracking, tune_tracking_url
 from .space import SearchSpace, load_space
 from .study import (
     TuneSetup,
@@ -134,7 +134,6 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
          reporter: Reporter) -> TuneResult:
     study = open_study(tune_dir, config.seed, options.startup_trials, options.warmup_epochs)
     check_space_continues(study, space, tune_dir)
-    setup = TuneSetup(raw_config, space, judging, tune_dir)
     remaining = options.trials - finished_trials(study)
     if config.eval_fraction == 0 and not options.valid_every:
         reporter.event("pruning off: eval_fraction is 0 and no --valid-every, so no trial "
@@ -143,7 +142,9 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
         reporter.event("the study already has its trials; raise --trials to add more",
                        trials=finished_trials(study), study=str(tune_dir))
     written: list[tuple[Path, Path]] = []  # best.yaml and refit.yaml
-    with reporter.task(TUNE_TASK, total=max(remaining, 0) or None, unit="trials") as task:
+    with reporter.task(TUNE_TASK, total=max(remaining, 0) or None, unit="trials") as task, \
+            study_tracking(config, str(tune_dir), resume=bool(study.trials)) as study_run:
+        setup = TuneSetup(raw_config, space, judging, tune_dir, study_run)
         progress = TuneProgress(reporter, task)
 
         def after_trial(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -152,6 +153,8 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
                 written[:] = [write_chosen_configs(setup, best, len(study.trials))]
             keep_only_best(study, tune_dir)
             progress.trial_finished(trial, best)
+            if study_run is not None:
+                study_run.write(study_points(trial, best))
 
         if remaining > 0:
             study.optimize(objective(setup, progress.trial_started, progress.training),
@@ -170,6 +173,17 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
         rows["tracking"] = f"{config.tracking}: {without_url_credentials(url)}"
     reporter.summary(TUNING_FINISHED, rows)
     return result
+
+
+def study_points(trial: FrozenTrial, best: FrozenTrial | None) -> list[Point]:
+    """The points of the study's tracked run after a trial, at its number: its score (a
+    complete trial's) and the best so far."""
+    points: list[Point] = []
+    if trial.state == TrialState.COMPLETE and trial.value is not None:
+        points.append((f"{TUNE_TASK}/valid_mrr", trial.value, trial.number))
+    if best is not None and best.value is not None:
+        points.append((f"{TUNE_TASK}/best_valid_mrr", best.value, trial.number))
+    return points
 
 
 class TuneProgress:

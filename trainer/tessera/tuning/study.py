@@ -33,7 +33,7 @@ from ..config.redaction import redacted, without_url_credentials
 from ..errors import ConfigError
 from ..log_records import is_number
 from ..storage.fs import Directory
-from ..tracking import trial_tracking_path
+from ..tracking import CurveWriter, trial_tracking_path
 from .space import Dimension, SearchSpace, with_values
 from .trial import VALID_METRICS, Judging, run_trial
 
@@ -55,6 +55,7 @@ class TuneSetup:
     space: SearchSpace
     judging: Judging
     tune_dir: Path
+    study_run: CurveWriter | None = None  # the tracked run of the study, the trials' parent
 
 
 def open_study(tune_dir: Path, seed: int, startup_trials: int,
@@ -127,7 +128,7 @@ def objective(setup: TuneSetup, on_trial: Callable[[int], None],
                                           {**values, "checkpoint_path": str(folder)}))
         config = dataclasses.replace(config, tracking_path=trial_tracking_path(
             config, str(setup.tune_dir), folder.name))
-        return run_trial(trial, config, setup.judging, on_progress)
+        return run_trial(trial, config, setup.judging, on_progress, setup.study_run)
 
     return run
 

@@ -41,7 +41,7 @@ from ..log_records import (
     is_number,
 )
 from ..progress import Reporter
-from ..tracking import tag_name, tracking
+from ..tracking import CurveWriter, tag_name, tracking
 from ..training.coordinator import train
 
 # What a trial reports to the pruner (its user attribute REPORTED says which).
@@ -128,11 +128,12 @@ class EpochReports:
 
 
 def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
-              on_progress: Callable[[dict[str, Any]], None]) -> float:
+              on_progress: Callable[[dict[str, Any]], None],
+              study_run: CurveWriter | None = None) -> float:
     """Train `config` (its checkpoint_path the trial's folder) and return the filtered MRR
     of the validation edges; raises TrialPruned if the pruner stops it."""
     try:
-        metrics = _train_and_judge(trial, config, judging, on_progress)
+        metrics = _train_and_judge(trial, config, judging, on_progress, study_run)
     except Diverged:
         trial.set_user_attr("diverged", True)
         return DIVERGED_MRR
@@ -144,11 +145,13 @@ def run_trial(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
 
 
 def _train_and_judge(trial: optuna.Trial, config: ConfigSchema, judging: Judging,
-                     on_progress: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+                     on_progress: Callable[[dict[str, Any]], None],
+                     study_run: CurveWriter | None) -> dict[str, Any]:
     """The trial's training and its validation metrics, tracked as the config says (the
     validation MRRs the pruner judges by are points of the curves too); raises Diverged."""
     reporter = Reporter("quiet")
-    with tracking(config, reporter, stopped_by=(optuna.TrialPruned,)) as curves:
+    with tracking(config, reporter, stopped_by=(optuna.TrialPruned,),
+                  parent=study_run) as curves:
         def judge(epoch: int) -> float:
             mrr = float(validation_metrics(config, judging, Reporter("quiet"))[MRR])
             if curves is not None:
