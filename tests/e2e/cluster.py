@@ -9,6 +9,7 @@ started again like a Deployment's pod.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,9 @@ from e2e.kubelet import Kubelet
 from e2e.real_cluster import ControlPlane
 from support.planted import PlantedGraph
 from support.ports import free_port
+
+from tessera.storage.checkpoint import JOURNAL_FILE, CheckpointStore
+from tessera.storage.fs import Directory
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "ml"
@@ -228,3 +232,15 @@ class TrainingData:
 
     def checkpoint_version(self, directory: str) -> int:
         return int(self.read(f"{directory}/checkpoint_version.txt"))
+
+    def first_chunk_loss(self, directory: str) -> float:
+        """The mean loss of the first bucket chunk trained into `directory`: the first line
+        of its training_stats.json or, for a run stopped between committing that chunk and
+        appending its statistics, the commit's journal (which the next run there appends).
+        A trainer's log may hold no loss before it is stopped: progress records come every
+        10 s."""
+        lines = CheckpointStore(Directory(directory, self.storage_options)).read_stats()
+        journal = f"{directory}/{JOURNAL_FILE}"
+        if self.filesystem().exists(journal.removeprefix("s3://")):
+            lines += json.loads(self.read(journal))["stats"]
+        return float(lines[0]["stats"]["metrics"]["loss"])
