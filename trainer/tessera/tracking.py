@@ -63,6 +63,11 @@ def tracking_url(config: ConfigSchema) -> str:
     return config.tracking_path or f"{config.checkpoint_path.rstrip('/')}/{TENSORBOARD}"
 
 
+def is_tracked(config: ConfigSchema) -> bool:
+    """Whether the config asks for its runs to be tracked (`tracking` other than none)."""
+    return config.tracking in (TENSORBOARD, MLFLOW)
+
+
 @contextlib.contextmanager
 def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None, *,
              stopped_by: tuple[type[BaseException], ...] = (),
@@ -72,7 +77,7 @@ def tracking(config: ConfigSchema, reporter: Reporter, rank: int | None = None, 
     nothing is tracked. The run ends `FINISHED`, `FAILED`, or `KILLED` when stopped: Ctrl-C,
     SIGTERM or one of `stopped_by` (a tune's pruner) (an MLflow run's status; TensorBoard has
     none). `parent`: the run of a tune's study, which an MLflow run is nested in."""
-    if config.tracking not in (TENSORBOARD, MLFLOW) or (rank or 0) > 0:
+    if not is_tracked(config) or (rank or 0) > 0:
         yield None
         return
     from .storage.checkpoint import CheckpointStore
@@ -96,7 +101,7 @@ def study_tracking(config: ConfigSchema, tune_dir: str, *,
     parent of the trials' MLflow runs, named after the tune folder; TensorBoard's files at
     the top of the trials' folders. `resume`: the study has earlier trials, and its run goes
     on."""
-    if config.tracking not in (TENSORBOARD, MLFLOW):
+    if not is_tracked(config):
         yield None
         return
     writer = open_writer(dataclasses.replace(

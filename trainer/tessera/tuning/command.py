@@ -24,7 +24,7 @@ from ..log_records import EPOCH, MRR
 from ..progress import Reporter, Task
 from ..storage.fs import Directory
 from ..storage.lease import CheckpointLease
-from ..tracking import MLFLOW, TENSORBOARD, Point, study_tracking, tune_tracking_url
+from ..tracking import Point, is_tracked, study_tracking, tune_tracking_url
 from .space import SearchSpace, load_space
 from .study import (
     TuneSetup,
@@ -168,7 +168,7 @@ def _run(config: ConfigSchema, raw_config: dict[str, Any], space: SearchSpace,
                         best.number if best else None, best.value if best else None,
                         valid_stderr(best) if best else None, finished_trials(study))
     rows = summary_rows(result, best, tune_dir)
-    if config.tracking in (TENSORBOARD, MLFLOW):  # where the trials' runs are
+    if is_tracked(config):  # where the trials' runs are
         url = tune_tracking_url(config, str(tune_dir)) or "MLflow's default tracking URI"
         rows["tracking"] = f"{config.tracking}: {without_url_credentials(url)}"
     reporter.summary(TUNING_FINISHED, rows)

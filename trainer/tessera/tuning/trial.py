@@ -195,5 +195,3 @@ def stop_descriptor_server() -> None:
     good: with a second thread alive, the next trial's workers are spawned rather than forked
     (`hogwild.start_method`), seconds of start-up each. No worker is alive between trials."""
     resource_sharer.stop()
-
-
