@@ -5,6 +5,8 @@
 #   bash bench/gpu_check.sh quick        # CUDA tests, the batch loop plain and recorded (~1 min)
 #   bash bench/gpu_check.sh full [SECS]  # the loop, then bench_gpu.py on the three graphs
 #                                        # with PBG 1.0, stopping every stage by SECS (540)
+#   bash bench/gpu_check.sh profile [SECS]  # the GPU's runs alone, then where the
+#                                        # 8-partition run's host time goes, by function
 #
 # PBG 1.0 comes from wheels in .whl/ (torchbiggraph-1.0.0 and setuptools<81, whose
 # pkg_resources PBG needs), installed beside the machine's torch. Each stage's output is in
@@ -34,6 +36,22 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 python3 -c "import sys, torch; print(sys.version.split()[0], torch.__version__, \
 torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count, 'SMs')"
 run build 120 python3 setup.py build_ext --inplace -q
+keep_run_logs() {  # the Tessera runs' JSON logs (their summaries split the time), in one file
+    tar -czf "$out/run_logs.tgz" bench/output/runs/*/tessera*/train_0.log 2>/dev/null
+}
+if [ "$stage" = profile ]; then
+    run bench_large 150 python3 bench/bench_gpu.py --graphs large --partition-cache-gb 8 \
+        --background-io --gpu-only
+    run bench_default 60 python3 bench/bench_gpu.py --graphs default --gpu-only
+    run bench_kg 60 python3 bench/bench_gpu.py --graphs kg --kg-edges 250000 \
+        --kg-nodes 200000 --gpu-only
+    keep_run_logs
+    large=$(ls bench/output/runs/*/tessera-gpu_p8/config.json | head -1)
+    run profile_large 90 python3 bench/profile_gpu.py "$large" --python --rows 60
+    kg=$(ls bench/output/runs/*_r*/tessera-gpu*/config.json | head -1)
+    run profile_kg 60 python3 bench/profile_gpu.py "$kg" --python --rows 40
+    exit 0
+fi
 if [ "$stage" = quick ]; then
     run tests 240 python3 -m pytest -q -p no:cacheprovider \
         tests/trainer/training/test_recorded_steps.py \
@@ -66,8 +84,6 @@ run bench_kg_10k 60 python3 bench/bench_gpu.py --graphs kg --kg-edges 250000 \
 # shellcheck disable=SC2086
 run bench_large 400 python3 bench/bench_gpu.py --graphs large --partition-cache-gb 8 \
     --background-io $pbg $workers
-# The Tessera runs' JSON logs (their summaries split the time), for the next session.
-for log in bench/output/runs/*/tessera*/train_0.log; do
-    run_name=$(basename "$(dirname "$(dirname "$log")")")_$(basename "$(dirname "$log")")
-    cp "$log" "$out/$run_name.log"
-done
+# The Tessera runs' JSON logs (their summaries split the time), for the next session: $OUT
+# takes at most eight files.
+keep_run_logs

@@ -43,7 +43,7 @@ PBG_DEFAULTS = {
     "batch_size": 1000, "num_batch_negs": 50, "num_uniform_negs": 50,
     "disable_lhs_negs": False, "disable_rhs_negs": False, "lr": 1e-2, "relation_lr": None,
     "eval_fraction": 0.05, "eval_num_batch_negs": 1000, "eval_num_uniform_negs": 1000,
-    "early_stopping": False, "background_io": False, "verbose": 0, "hogwild_delay": 2.0,
+    "early_stopping": False, "background_io": None, "verbose": 0, "hogwild_delay": 2.0,
     "dynamic_relations": False, "num_machines": 1, "num_partition_servers": -1,
     "distributed_init_method": None, "distributed_tree_init_order": True, "num_gpus": 0,
     "num_groups_for_partition_server": 16, "num_groups_per_sharded_partition_server": 1,
@@ -67,6 +67,16 @@ def test_every_pbg_key_with_pbg_default() -> None:
     for key, default in PBG_DEFAULTS.items():
         if default is not None or fields[key].default is None:
             assert getattr(config, key) == default, key
+
+
+@pytest.mark.parametrize(("num_gpus", "background_io", "in_background"), [
+    (0, None, False), (1, None, True), (1, False, False), (0, True, True)])
+def test_background_io_is_on_by_default_on_gpus_only(num_gpus: int, background_io: bool | None,
+                                                     in_background: bool) -> None:
+    """A GPU trains a chunk faster than its checkpoint is written: unless told otherwise,
+    its writes go to the background; the CPU keeps PBG's memory use."""
+    config = parse_config(with_changes(num_gpus=num_gpus, background_io=background_io))
+    assert config.io_in_background() is in_background
 
 
 def test_minimal_config_parses_into_typed_objects() -> None:

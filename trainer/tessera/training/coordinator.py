@@ -568,7 +568,7 @@ class LocalCheckpointer:
         version = self.holder.next_version
         started = time.monotonic()
         stats = [outcome.record() for outcome in outcomes]
-        snapshot = self.holder.snapshot() if self.config.background_io else None
+        snapshot = self.holder.snapshot() if self.config.io_in_background() else None
         if snapshot is None:
             self.holder.write_all(metadata)
             save_model(self.store, version, self.state.model, self.state.optimizer, metadata)

@@ -179,7 +179,7 @@ class PartitionHolder:
         self.cached_clean: set[PartitionKey] = set()
         self.cache_bytes = int(config.partition_cache_gb * 1e9)
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-writer") \
-            if config.background_io else None
+            if config.io_in_background() else None
         # Partitions being written in the background, kept until their write has finished.
         self.writing: dict[PartitionKey, tuple[Future[None], Partition]] = {}
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-reader") \
