@@ -80,7 +80,7 @@ from .optimizers import make_model_optimizer
 from .partitions import Partition, PartitionHolder, look_ahead_enabled
 from .schedule import TrainingSchedule, TrainingStep, num_edge_chunks
 from .steps import StepImplementation, choose_step
-from .trained_edges import reporting_every
+from .trained_edges import LiveReports
 from .worker import ModelState, train_part
 
 AnyBucketTrainer = BucketTrainer | DeviceBucketTrainer | MultiDeviceBucketTrainer
@@ -364,11 +364,12 @@ class TrainingRun:
         self.buckets_total = len(positions) * len(self.data.bucket_grid())
         checkpoint_seconds = 0.0
         with self.reporter.task(TRAIN_TASK, total=total or None, unit="edges") as task, \
-                pool or contextlib.nullcontext(), alongside or contextlib.nullcontext():
+                pool or contextlib.nullcontext(), alongside or contextlib.nullcontext(), \
+                LiveReports(HUMAN_INTERVAL / 2) as live:  # polled twice per update: none late
             startup_seconds = process_age()
             try:
                 for position in positions:
-                    outcomes = [self._train_step(trainer, position, bucket, task)
+                    outcomes = [self._train_step(trainer, position, bucket, task, live)
                                 for bucket in self.source.buckets(position)]
                     last = outcomes[-1] if outcomes else last
                     started = time.monotonic()
@@ -410,8 +411,8 @@ class TrainingRun:
         return MultiDeviceBucketTrainer(self.config, self.data, self.state, chunks,
                                         self.devices, dtype, closed_form=closed_form)
 
-    def _train_step(self, trainer: AnyBucketTrainer,
-                    position: ChunkPosition, bucket: Bucket, task: Task) -> BucketOutcome:
+    def _train_step(self, trainer: AnyBucketTrainer, position: ChunkPosition, bucket: Bucket,
+                    task: Task, live: LiveReports) -> BucketOutcome:
         raise_if_stopped()
         step = step_at(position, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
@@ -427,8 +428,7 @@ class TrainingRun:
                 trainer.look_ahead(following)
         first_ever = position == self.schedule.position_at(0) and self.trained_here == 0
         base = task.done
-        # Polled twice per update, so that no update is late by a whole interval.
-        with reporting_every(HUMAN_INTERVAL / 2, lambda: task.advance(
+        with live.during(lambda: task.advance(
                 max(base + trainer.edges_trained() - task.done, 0))):
             outcome = trainer.train(step, partitions,
                                     self.config.hogwild_delay if first_ever else 0.0)
