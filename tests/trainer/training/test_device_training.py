@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,12 @@ from tessera.model import EmbeddingModel
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
 from tessera.storage.fs import Directory
-from tessera.training import device_trainer
+from tessera.training import coordinator, device_trainer
 from tessera.training.coordinator import TrainingSummary, train
-from tessera.training.devices import cuda_device_count, device_indices
+from tessera.training.device_copies import PartitionCopier
+from tessera.training.devices import cuda_device_count, device_indices, holder_device
 from tessera.training.optimizers import make_model_optimizer
+from tessera.training.partitions import Partition
 from tessera.training.schedule import TrainingStep
 from tessera.training.worker import ModelState
 from tessera.vocabulary import Bucket
@@ -75,6 +78,55 @@ def test_the_device_path_trains_what_the_cpu_path_trains(graph: PlantedGraph,
     assert device_summary.last_eval is not None and cpu_summary.last_eval is not None
     assert device_summary.last_eval["mrr"] == pytest.approx(cpu_summary.last_eval["mrr"],
                                                             abs=1e-3)
+
+
+@pytest.mark.parametrize("settings", [{}, {"partition_cache_gb": 1.0, "background_io": True}])
+def test_partitions_held_on_the_device_train_as_partitions_copied_there(
+        graph: PlantedGraph, monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any]) -> None:
+    """Held in the device's memory (`holder_device`), the partitions are trained in place,
+    never copied per bucket; the checkpoints are those of the copying path, bit for bit,
+    swapped out, cached or written in the background."""
+    copies: list[int] = []
+    copy = PartitionCopier._copy
+
+    def copying(self: PartitionCopier, partition: Partition) -> Partition:
+        made = copy(self, partition)
+        copies.append(made is not partition)
+        return made
+
+    monkeypatch.setattr(PartitionCopier, "_copy", copying)
+    name = "-".join(map(str, settings.values()))
+    held, *held_tables = run(graph, f"held-{name}", devices=[CPU], **settings)
+    assert copies and not any(copies)
+    copies.clear()
+    monkeypatch.setattr(coordinator, "holder_device", lambda *_: None)
+    copied, *copied_tables = run(graph, f"copied-{name}", devices=[CPU], **settings)
+    assert copies and all(copies)
+    for table, expected in zip(held_tables, copied_tables):
+        np.testing.assert_array_equal(table, expected)
+    assert held.last_loss == copied.last_loss
+
+
+def test_partitions_are_held_on_one_gpu_whose_memory_holds_them_well(
+        graph: PlantedGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to a third of the GPU's memory (their copy for a background checkpoint and
+    training need the rest); else each bucket's are copied there and back."""
+    config = parse_config(graph.config(checkpoint_path=str(graph.root / "unused")))
+    counts = {"node": [1000, 1000]}  # 2000 rows of (dimension + 1) float32
+    model_bytes = 2000 * (config.dimension + 1) * 4
+    gpu, other = torch.device("cuda", 0), torch.device("cuda", 1)
+
+    def memory(total: int) -> None:
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda _: SimpleNamespace(total_memory=total))
+
+    memory(3 * model_bytes)
+    assert holder_device(config, [gpu], counts) == gpu
+    assert holder_device(config, [gpu, other], counts) is None
+    memory(3 * model_bytes - 3)
+    assert holder_device(config, [gpu], counts) is None
+    assert holder_device(config, [CPU], counts) == CPU
+    assert holder_device(config, [], counts) is None
 
 
 @pytest.mark.parametrize("first, second", [("cpu", "device"), ("device", "cpu")])

@@ -72,7 +72,7 @@ from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
 from .bucket_trainer import BucketOutcome, BucketTrainer
 from .device_trainer import DeviceBucketTrainer
-from .devices import check_devices, embedding_dtype, training_devices
+from .devices import check_devices, embedding_dtype, holder_device, training_devices
 from .hogwild import Pool, make_pool
 from .init_growth import with_replay
 from .multi_device_trainer import MultiDeviceBucketTrainer
@@ -180,14 +180,17 @@ def train(config: ConfigSchema, reporter: Reporter,
         report_config_changes(store, config, version, start, reporter)
         state = build_model_state(config, data, store, version, init)
         devices = training_devices(config) if devices is None else devices
+        on_device = holder_device(config, devices, data.entity_counts)
         holder = PartitionHolder(config, data.entity_counts, store, init, version,
                                  look_ahead=look_ahead_enabled(),
-                                 pinned=any(device.type == "cuda" for device in devices))
+                                 pinned=any(device.type == "cuda" for device in devices),
+                                 device=on_device)
         checkpointer = LocalCheckpointer(config, data, schedule, store, holder, state,
                                          reporter)
         run = TrainingRun(config=config, data=data, schedule=schedule, state=state,
                           partitions=holder, source=ScheduledBuckets(schedule),
-                          checkpointer=checkpointer, reporter=reporter, devices=devices)
+                          checkpointer=checkpointer, reporter=reporter, devices=devices,
+                          partitions_on_device=on_device is not None)
         return run.run(start, alongside=lease.renewing())
 
 
@@ -338,6 +341,7 @@ class TrainingRun:
     reporter: Reporter
     # Where buckets train: none, the CPU's Hogwild workers; else the device trainer.
     devices: list[torch.device] = field(default_factory=list)
+    partitions_on_device: bool = False  # held in the one device's memory (`holder_device`)
     buckets_total: int = field(default=0, init=False)  # of the whole job, this invocation
     trained_here: int = field(default=0, init=False)  # buckets this process trained
     device_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
@@ -407,7 +411,8 @@ class TrainingRun:
         featurized = any(entity.featurized for entity in self.config.entities.values())
         if len(self.devices) == 1 or featurized:  # a feature's rows are in no one range
             return DeviceBucketTrainer(self.config, self.data, self.state, chunks,
-                                       self.devices[0], dtype, closed_form=closed_form)
+                                       self.devices[0], dtype, closed_form=closed_form,
+                                       in_place=self.partitions_on_device)
         return MultiDeviceBucketTrainer(self.config, self.data, self.state, chunks,
                                         self.devices, dtype, closed_form=closed_form)
 

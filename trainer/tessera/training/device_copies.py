@@ -6,7 +6,8 @@ stream waits for them (`wait_stream`) only before the first batch, and the copie
 marked as used by it (`record_stream`), so that the allocator never hands it out while a
 kernel still reads it. The copies back run on the compute stream after the last batch: a
 partition must be complete on the host before it is swapped out or checkpointed. On the CPU
-the same calls make plain copies (the tests' device).
+the same calls make plain copies (the tests' device). A partition the holder keeps in the
+device's memory already (`partitions.holder_device`) is neither copied there nor back.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class DevicePartitions(Generic[Key]):
 
 
 class PartitionCopier:
-    """Copies partitions to `device` (embeddings as `dtype`) and back."""
+    """Copies partitions to `device` (embeddings as `dtype`) and back; with `in_place`, the
+    partitions are held in the device's memory and trained there, with no copy."""
 
-    def __init__(self, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(self, device: torch.device, dtype: torch.dtype, in_place: bool = False) -> None:
         self.device = device
         self.dtype = dtype
+        self.in_place = in_place
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def to_device(self, partitions: Mapping[Key, Partition]) -> DevicePartitions[Key]:
@@ -66,6 +69,8 @@ class PartitionCopier:
                                 self.stream)
 
     def _copy(self, partition: Partition) -> Partition:
+        if self.holds(partition):  # held in the device's memory already: trained in place
+            return partition
         if self.stream is None:
             return Partition(partition.embeddings.to(self.dtype, copy=True),
                              partition.adagrad_sum.clone())
@@ -79,9 +84,17 @@ class PartitionCopier:
         staged = host if host.is_pinned() else host.pin_memory()
         return staged.to(self.device, non_blocking=True)
 
+    def holds(self, partition: Partition) -> bool:
+        """Whether `partition` is held in the device's memory, as `dtype`: no copy to make."""
+        return self.in_place and partition.embeddings.device == self.device \
+            and partition.embeddings.dtype == self.dtype
+
     @staticmethod
     def to_host(on_device: Mapping[Key, Partition], host: Mapping[Key, Partition]) -> None:
-        """Write the trained partitions back into the host's tensors, in place (in float32)."""
+        """Write the trained partitions back into the host's tensors, in place (in float32);
+        those trained in place are there already."""
         for key, partition in on_device.items():
+            if partition is host[key]:
+                continue
             host[key].embeddings.copy_(partition.embeddings)
             host[key].adagrad_sum.copy_(partition.adagrad_sum)

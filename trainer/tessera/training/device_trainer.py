@@ -79,10 +79,11 @@ class DeviceBucketTrainer:
     dtype: torch.dtype = torch.float32
     record_steps: bool = True  # replay each batch shape's recorded step (`recorded_steps`)
     closed_form: bool | None = None  # the run's step implementation's (see `batch_gradients`)
+    in_place: bool = False  # the partitions are held in the device's memory (`holder_device`)
 
     def __post_init__(self) -> None:
         self.model = DeviceModel(self.state, self.config, self.device)
-        self.copier = PartitionCopier(self.device, self.dtype)
+        self.copier = PartitionCopier(self.device, self.dtype, self.in_place)
         self.tally = EdgeTally()
         self.recorded_shapes = 0  # batch shapes recorded so far (CUDA graphs on a GPU)
         # The next chunk's edges, read (shuffled, staged) while this one trains, by chunk in

@@ -48,3 +48,27 @@ def embedding_dtype(config: ConfigSchema) -> torch.dtype:
     """How embeddings are stored on a device: float16 with `half_precision` (scores,
     gradients and Adagrad state stay float32), else float32."""
     return torch.float16 if config.half_precision else torch.float32
+
+
+# The share of a GPU's memory the partitions may take to be held there: a checkpoint written
+# in the background copies them once more, and training needs room of its own.
+HOLDER_SHARE = 1 / 3
+
+
+def holder_device(config: ConfigSchema, devices: list[torch.device],
+                  entity_counts: dict[str, list[int]]) -> torch.device | None:
+    """The device whose memory holds the partitions, so that buckets train them in place
+    (None: the host's memory, each bucket's partitions copied to the device and back): the
+    one device trained on, where every partition fits `HOLDER_SHARE` of its memory, with
+    float32 embeddings (half precision keeps float32 copies on the host) and no featurized
+    entity type."""
+    if len(devices) != 1 or config.half_precision \
+            or any(entity.featurized for entity in config.entities.values()):
+        return None
+    device = devices[0]
+    if device.type != "cuda":
+        return device  # the tests' device: the host's memory either way
+    model_bytes = sum(sum(entity_counts[name]) * (config.entity_dimension(name) + 1) * 4
+                      for name in config.entities)
+    budget = torch.cuda.get_device_properties(device).total_memory * HOLDER_SHARE
+    return device if model_bytes <= budget else None

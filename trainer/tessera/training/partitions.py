@@ -24,6 +24,11 @@ has room; the least recently used one is written out to make room, and the chunk
 writes the rest. A cached partition is the newest copy, so a bucket that wants it takes it
 back without a read. Nothing committed changes: a killed trainer loses what it would have
 lost anyway, the chunk in progress.
+
+On one GPU whose memory holds the model well (`holder_device`), that memory is the holder's:
+held and cached partitions live there, trained in place with no copy per bucket, and leave
+it only to be written (by the thread that writes them). Those copies run on side streams,
+after the kernels queued before them, beside training.
 """
 
 from __future__ import annotations
@@ -123,8 +128,12 @@ class PartitionLoader:
 
     def write(self, key: PartitionKey, partition: Partition, version: int,
               metadata: Mapping[str, Any]) -> None:
-        """Write the partition (with its optimizer state) into checkpoint `version`."""
+        """Write the partition (with its optimizer state) into checkpoint `version`; one
+        held on a device is copied to the host first (as saved, it must load anywhere)."""
         entity, part = key
+        host = torch.device("cpu")
+        partition = Partition(copied(partition.embeddings, host),
+                              copied(partition.adagrad_sum, host))
         self.checkpoint.write_embeddings(
             version, entity, part, partition.embeddings.numpy(),
             save_row_state(partition.adagrad_sum, self.config.lr), metadata)
@@ -167,7 +176,7 @@ class PartitionHolder:
     def __init__(self, config: ConfigSchema, entity_counts: dict[str, list[int]],
                  checkpoint: CheckpointStore, init: CheckpointStore | None,
                  committed_version: int, look_ahead: bool = True,
-                 pinned: bool = False) -> None:
+                 pinned: bool = False, device: torch.device | None = None) -> None:
         self.config = config
         self.loader = PartitionLoader(config, entity_counts, checkpoint, init)
         self.committed_version = committed_version
@@ -186,8 +195,11 @@ class PartitionHolder:
             if look_ahead else None
         # The next bucket's partitions, being read (or read) in the background.
         self.prefetched: dict[PartitionKey, Future[Partition]] = {}
-        # Held partitions: shared with Hogwild workers, or pinned for a GPU to copy from.
-        self.resident = partition_in_pinned_memory if pinned \
+        # Held partitions: shared with Hogwild workers, pinned for a GPU to copy from, or
+        # in the memory of the device that trains them.
+        self.resident: Callable[[Partition], Partition] = \
+            functools.partial(partition_on_device, device=device) if device is not None \
+            else partition_in_pinned_memory if pinned \
             else functools.partial(partition_for_workers, config=config)
         # The version being written and committed in the background, and its write.
         self.pending: tuple[Future[None], int] | None = None
@@ -345,6 +357,29 @@ def partition_for_workers(partition: Partition, config: ConfigSchema) -> Partiti
     return Partition(
         embeddings=share_with_workers(torch.as_tensor(partition.embeddings), config),
         adagrad_sum=share_with_workers(torch.as_tensor(partition.adagrad_sum), config))
+
+
+def partition_on_device(partition: Partition, device: torch.device) -> Partition:
+    """The partition copied into `device`'s memory, complete when returned (a reader thread
+    hands it over as it is)."""
+    return Partition(*(copied(torch.as_tensor(tensor), device)
+                       for tensor in (partition.embeddings, partition.adagrad_sum)))
+
+
+def copied(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`tensor` on `device`, in a new copy or itself if there already. Between a GPU and the
+    host the copy runs on a side stream, after the work queued on the device's stream so far
+    (the training that wrote it), so that training goes on beside it; it has ended when this
+    returns."""
+    gpu = device if device.type == "cuda" else tensor.device
+    if tensor.device == device or gpu.type != "cuda":
+        return tensor.to(device)
+    side = torch.cuda.Stream(gpu)
+    side.wait_stream(torch.cuda.current_stream(gpu))
+    with torch.cuda.stream(side):
+        result = tensor.to(device, non_blocking=True)
+    side.synchronize()
+    return result
 
 
 def partition_in_pinned_memory(partition: Partition) -> Partition:
