@@ -5,8 +5,7 @@ process of its own (best of `--repeats`), so that the run summary's `startup_s` 
     python bench/bench_startup.py --device cuda    # and CUDA's initialisation
 
 Rows: the interpreter alone; importing torch; importing everything `tessera train` imports;
-that and CUDA's initialisation (one tensor on the device), one after the other and with the
-initialisation in a thread beside the imports (what overlapping them could save).
+torch and then everything, each followed by CUDA's initialisation (one tensor on the device).
 """
 
 from __future__ import annotations
@@ -27,10 +26,6 @@ PARTS = {
 CUDA_PARTS = {
     "import torch, CUDA initialised": f"import torch; {ON_DEVICE}",
     "imports, then CUDA initialised": f"import torch; {TRAIN_IMPORTS}; {ON_DEVICE}",
-    "imports beside CUDA's initialisation": (
-        "import threading, torch; "
-        f"t = threading.Thread(target=lambda: ({ON_DEVICE})); t.start(); "
-        f"{TRAIN_IMPORTS}; t.join()"),
 }
 
 
