@@ -346,6 +346,7 @@ class TrainingRun:
     trained_here: int = field(default=0, init=False)  # buckets this process trained
     device_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
     partition_wait_seconds: float = field(default=0.0, init=False)  # see TrainingSummary
+    metadata_of: tuple[ChunkPosition, dict[str, Any]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         # How every step of the run is computed: chosen once, here.
@@ -421,7 +422,7 @@ class TrainingRun:
         raise_if_stopped()
         step = step_at(position, bucket)
         lhs_keys, rhs_keys = self.data.partition_keys(bucket)
-        metadata = iteration_metadata(self.config, self.schedule, position)
+        metadata = self._metadata(position)
         started = time.monotonic()
         partitions = self.partitions.hold(set(lhs_keys) | set(rhs_keys), metadata)
         self.partition_wait_seconds += time.monotonic() - started
@@ -444,6 +445,14 @@ class TrainingRun:
         if self.config.verbose:
             self.reporter.event("bucket trained", **outcome.record())
         return outcome
+
+    def _metadata(self, position: ChunkPosition) -> dict[str, Any]:
+        """`iteration_metadata` of `position`, made once per position rather than per bucket
+        (its config JSON took 0.5 ms, a GPU's bucket takes milliseconds)."""
+        if self.metadata_of is None or self.metadata_of[0] != position:
+            self.metadata_of = (position, iteration_metadata(self.config, self.schedule,
+                                                             position))
+        return self.metadata_of[1]
 
     def _report(self, task: Task, position: ChunkPosition, progress: JobProgress | None) -> None:
         if progress is None:

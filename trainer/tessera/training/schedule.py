@@ -10,6 +10,7 @@ checkpoint records.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Iterator
@@ -104,10 +105,7 @@ class TrainingSchedule:
 
     def buckets(self, position: ChunkPosition) -> list[Bucket]:
         """The bucket order of one position, the same every time it is asked for."""
-        generator = random.Random(stable_seed(
-            (self.seed, position.epoch_idx, position.edge_path_idx, position.edge_chunk_idx)))
-        return BUCKET_ORDERS[self.bucket_order](
-            self.num_lhs_partitions, self.num_rhs_partitions, generator)
+        return list(bucket_order(self, position))
 
     def steps(self, start: ChunkPosition | None = None) -> Iterator[TrainingStep]:
         """Every (epoch, edge set, chunk, bucket) from `start` on, in training order."""
@@ -125,3 +123,13 @@ class TrainingSchedule:
                 f"training position {position} does not fit a schedule of "
                 f"{self.num_edge_paths} edge paths and {self.num_edge_chunks} edge chunks; "
                 "was the checkpoint written with other edge_paths or num_edge_chunks?")
+
+
+@functools.lru_cache(maxsize=8)
+def bucket_order(schedule: TrainingSchedule, position: ChunkPosition) -> tuple[Bucket, ...]:
+    """A position's bucket order, drawn once: a trainer asks for it at every bucket, and a GPU
+    trains a bucket in milliseconds (drawing an order of 64 buckets took 0.6 ms)."""
+    generator = random.Random(stable_seed(
+        (schedule.seed, position.epoch_idx, position.edge_path_idx, position.edge_chunk_idx)))
+    return tuple(BUCKET_ORDERS[schedule.bucket_order](
+        schedule.num_lhs_partitions, schedule.num_rhs_partitions, generator))
