@@ -77,6 +77,8 @@ PARTITION_WAIT_SECONDS = "partition_wait_s"
 # run's checkpoints took (written and committed while training waited).
 STARTUP_SECONDS = "startup_s"
 STEP = "step"  # the summary's name of the run's step implementation (`training.steps`)
+# On a device, the memory that holds the partitions: the device's (`holder_device`), or "host".
+PARTITIONS_HELD_IN = "partitions_held_in"
 CHECKPOINT_SECONDS = "checkpoint_s"
 EVAL_PREFIX = "eval_"  # the summary's metrics of the last evaluation: eval_mrr, eval_hits@10
 

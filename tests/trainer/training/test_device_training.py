@@ -105,6 +105,7 @@ def test_partitions_held_on_the_device_train_as_partitions_copied_there(
     for table, expected in zip(held_tables, copied_tables):
         np.testing.assert_array_equal(table, expected)
     assert held.last_loss == copied.last_loss
+    assert (held.partitions_held_in, copied.partitions_held_in) == ("cpu", "host")
 
 
 def test_partitions_are_held_on_one_gpu_whose_memory_holds_them_well(

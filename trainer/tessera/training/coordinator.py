@@ -53,6 +53,7 @@ from ..log_records import (
     MRR,
     NOTHING_TO_TRAIN,
     PARTITION_WAIT_SECONDS,
+    PARTITIONS_HELD_IN,
     RESUMING,
     STARTUP_SECONDS,
     STATS,
@@ -104,6 +105,7 @@ class TrainingSummary:
     startup_seconds: float | None = None
     checkpoint_seconds: float = 0.0
     step: str | None = None  # the name of the run's step implementation (`steps`)
+    partitions_held_in: str | None = None  # on a device: the device, or "host"
 
     @property
     def edges_per_second(self) -> float:
@@ -399,7 +401,7 @@ class TrainingRun:
             device_peak_bytes=peak_memory(self.devices),
             partition_wait_seconds=self.partition_wait_seconds,
             startup_seconds=startup_seconds, checkpoint_seconds=checkpoint_seconds,
-            step=self.step.name)
+            step=self.step.name, partitions_held_in=self._partitions_held_in())
         self.reporter.summary(TRAINING_FINISHED, summary_rows(summary))
         return summary
 
@@ -446,6 +448,11 @@ class TrainingRun:
             self.reporter.event("bucket trained", **outcome.record())
         return outcome
 
+    def _partitions_held_in(self) -> str | None:
+        if not self.devices:
+            return None
+        return str(self.devices[0]) if self.partitions_on_device else "host"
+
     def _metadata(self, position: ChunkPosition) -> dict[str, Any]:
         """`iteration_metadata` of `position`, made once per position rather than per bucket
         (its config JSON took 0.5 ms, a GPU's bucket takes milliseconds)."""
@@ -490,6 +497,8 @@ def summary_rows(summary: TrainingSummary) -> dict[str, Any]:
         rows[DEVICE_PEAK_MEMORY_GB] = round(summary.device_peak_bytes / 1e9, 3)
     if summary.step is not None:
         rows[STEP] = summary.step
+    if summary.partitions_held_in is not None:
+        rows[PARTITIONS_HELD_IN] = summary.partitions_held_in
     rows[PARTITION_WAIT_SECONDS] = round(summary.partition_wait_seconds, 2)
     rows[CHECKPOINT_SECONDS] = round(summary.checkpoint_seconds, 2)
     if summary.startup_seconds is not None:
