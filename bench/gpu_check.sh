@@ -78,7 +78,7 @@ full)
     side_by_side=(--pbg-python /tmp/pbg/bin/python --workers "$(nproc)")
     run bench_kg 200 python3 bench/bench_gpu.py "${kg_graph[@]}" "${side_by_side[@]}"
     run bench_default 150 python3 bench/bench_gpu.py --graphs default "${side_by_side[@]}"
-    run startup 30 python3 bench/bench_startup.py --device cuda
+    run startup 60 python3 bench/bench_startup.py --device cuda --repeats 2
     # PBG last: on 10M edges it is the longest run, and the deadline may cut it.
     run bench_large 400 python3 bench/bench_gpu.py "${large_graph[@]}" "${side_by_side[@]}"
     keep_run_logs
