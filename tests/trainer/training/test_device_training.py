@@ -110,21 +110,24 @@ def test_partitions_held_on_the_device_train_as_partitions_copied_there(
 
 def test_partitions_are_held_on_one_gpu_whose_memory_holds_them_well(
         graph: PlantedGraph, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Up to a third of the GPU's memory (their copy for a background checkpoint and
-    training need the rest); else each bucket's are copied there and back."""
+    """Up to a third of the GPU's memory this process may use (their copy for a background
+    checkpoint and training need the rest); else each bucket's are copied there and back."""
     config = parse_config(graph.config(checkpoint_path=str(graph.root / "unused")))
     counts = {"node": [1000, 1000]}  # 2000 rows of (dimension + 1) float32
     model_bytes = 2000 * (config.dimension + 1) * 4
     gpu, other = torch.device("cuda", 0), torch.device("cuda", 1)
 
-    def memory(total: int) -> None:
+    def memory(total: int, fraction: float = 1.0) -> None:
         monkeypatch.setattr(torch.cuda, "get_device_properties",
                             lambda _: SimpleNamespace(total_memory=total))
+        monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda _: fraction)
 
     memory(3 * model_bytes)
     assert holder_device(config, [gpu], counts) == gpu
     assert holder_device(config, [gpu, other], counts) is None
     memory(3 * model_bytes - 3)
+    assert holder_device(config, [gpu], counts) is None
+    memory(30 * model_bytes, fraction=0.05)  # a process capped below the model's share
     assert holder_device(config, [gpu], counts) is None
     assert holder_device(config, [CPU], counts) == CPU
     assert holder_device(config, [], counts) is None

@@ -59,9 +59,9 @@ def holder_device(config: ConfigSchema, devices: list[torch.device],
                   entity_counts: dict[str, list[int]]) -> torch.device | None:
     """The device whose memory holds the partitions, so that buckets train them in place
     (None: the host's memory, each bucket's partitions copied to the device and back): the
-    one device trained on, where every partition fits `HOLDER_SHARE` of its memory, with
-    float32 embeddings (half precision keeps float32 copies on the host) and no featurized
-    entity type."""
+    one device trained on, where every partition fits `HOLDER_SHARE` of the memory this
+    process may use there, with float32 embeddings (half precision keeps float32 copies on
+    the host) and no featurized entity type."""
     if len(devices) != 1 or config.half_precision \
             or any(entity.featurized for entity in config.entities.values()):
         return None
@@ -70,5 +70,9 @@ def holder_device(config: ConfigSchema, devices: list[torch.device],
         return device  # the tests' device: the host's memory either way
     model_bytes = sum(sum(entity_counts[name]) * (config.entity_dimension(name) + 1) * 4
                       for name in config.entities)
-    budget = torch.cuda.get_device_properties(device).total_memory * HOLDER_SHARE
+    # A cap set for the process (`set_per_process_memory_fraction`; torch before 2.6 cannot
+    # say: uncapped).
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", lambda _: 1.0)(device)
+    usable = torch.cuda.get_device_properties(device).total_memory * fraction
+    budget = usable * HOLDER_SHARE
     return device if model_bytes <= budget else None
