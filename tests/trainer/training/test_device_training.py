@@ -28,7 +28,7 @@ from tessera.training.coordinator import TrainingSummary, train
 from tessera.training.device_copies import PartitionCopier
 from tessera.training.devices import cuda_device_count, device_indices, holder_device
 from tessera.training.optimizers import make_model_optimizer
-from tessera.training.partitions import Partition
+from tessera.training.partitions import Partition, PartitionLoader
 from tessera.training.schedule import TrainingStep
 from tessera.training.worker import ModelState
 from tessera.vocabulary import Bucket
@@ -106,6 +106,28 @@ def test_partitions_held_on_the_device_train_as_partitions_copied_there(
         np.testing.assert_array_equal(table, expected)
     assert held.last_loss == copied.last_loss
     assert (held.partitions_held_in, copied.partitions_held_in) == ("cpu", "host")
+
+
+def test_partitions_held_on_the_device_are_written_only_at_checkpoints(
+        graph: PlantedGraph, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device holds the whole model: a partition a bucket leaves stays there, and each
+    is written once per checkpoint, where the host's holder writes every swap."""
+    writes: list[int] = []
+    write = PartitionLoader.write
+
+    def counting(self: PartitionLoader, *args: Any, **kwargs: Any) -> None:
+        writes.append(1)
+        write(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionLoader, "write", counting)
+    held, *held_tables = run(graph, "written-held", devices=[CPU])
+    assert len(writes) == 2 * 2  # two partitions, two checkpoints
+    writes.clear()
+    monkeypatch.setattr(coordinator, "holder_device", lambda *_: None)
+    copied, *copied_tables = run(graph, "written-copied", devices=[CPU])
+    assert len(writes) > 2 * 2  # and the swaps
+    for table, expected in zip(held_tables, copied_tables):
+        np.testing.assert_array_equal(table, expected)
 
 
 def test_partitions_are_held_on_one_gpu_whose_memory_holds_them_well(

@@ -25,16 +25,18 @@ writes the rest. A cached partition is the newest copy, so a bucket that wants i
 back without a read. Nothing committed changes: a killed trainer loses what it would have
 lost anyway, the chunk in progress.
 
-On one GPU whose memory holds the model well (`holder_device`), that memory is the holder's:
-held and cached partitions live there, trained in place with no copy per bucket, and leave
-it only to be written (by the thread that writes them). Those copies run on side streams,
-after the kernels queued before them, beside training.
+On one GPU whose memory holds the model well (`holder_device`), that memory is the holder's
+and keeps every partition (as an unbounded cache): they live there, trained in place with no
+copy per bucket, and leave it only to be written at checkpoints (by the thread that writes
+them). Those copies run on side streams, after the kernels queued before them, beside
+training.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -186,7 +188,10 @@ class PartitionHolder:
         # `cached_clean` are as the checkpoint last written holds them.
         self.cached: OrderedDict[PartitionKey, Partition] = OrderedDict()
         self.cached_clean: set[PartitionKey] = set()
-        self.cache_bytes = int(config.partition_cache_gb * 1e9)
+        # In the memory of a device that holds the whole model (`holder_device`), every
+        # partition a bucket leaves is kept until the checkpoint: no swap is written.
+        self.cache_bytes = sys.maxsize if device is not None \
+            else int(config.partition_cache_gb * 1e9)
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-writer") \
             if config.io_in_background() else None
         # Partitions being written in the background, kept until their write has finished.
