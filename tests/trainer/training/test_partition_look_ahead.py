@@ -122,6 +122,28 @@ def test_a_partition_read_ahead_for_nothing_is_dropped(tmp_path: Path) -> None:
     assert holder.prefetched == {} and set(holder.in_memory) == {("node", 0), ("node", 2)}
 
 
+def test_a_holder_on_a_device_reads_every_partition_ahead_and_keeps_them(
+        tmp_path: Path) -> None:
+    """Holding the whole model (`holder_device`), the holder reads all partitions ahead at
+    the first look-ahead, the next bucket's first, and keeps those no bucket wants yet."""
+    graph = write_planted_graph(tmp_path, 4, num_edges=2000)
+    config = parse_config(graph.config())
+    holder = PartitionHolder(config, {"node": [100] * 4},
+                             CheckpointStore(Directory(config.checkpoint_path)), None,
+                             committed_version=0, device=torch.device("cpu"))
+    metadata = {"iteration/epoch_idx": 0}
+    holder.hold([("node", 0)], metadata)
+    holder.prefetch([("node", 0), ("node", 3)])
+    assert list(holder.prefetched) == [("node", 3), ("node", 1), ("node", 2)]
+    read_ahead = {key: future.result() for key, future in holder.prefetched.items()}
+    holder.hold([("node", 0), ("node", 3)], metadata)
+    assert set(holder.prefetched) == {("node", 1), ("node", 2)}  # kept, not dropped
+    held = holder.hold([("node", 1), ("node", 2)], metadata)
+    assert all(held[key] is read_ahead[key] for key in held)
+    assert set(holder.cached) == {("node", 0), ("node", 3)}  # left, kept, not written
+    assert holder.written_to_next == set()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_partitions_held_for_a_gpu_are_read_into_pinned_memory(tmp_path: Path) -> None:
     """The GPU copies them without staging: the reader thread made the pinned copy."""

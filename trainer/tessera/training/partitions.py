@@ -26,9 +26,9 @@ back without a read. Nothing committed changes: a killed trainer loses what it w
 lost anyway, the chunk in progress.
 
 On one GPU whose memory holds the model well (`holder_device`), that memory is the holder's
-and keeps every partition (as an unbounded cache): they live there, trained in place with no
-copy per bucket, and leave it only to be written at checkpoints (by the thread that writes
-them). Those copies run on side streams, after the kernels queued before them, beside
+and keeps every partition (as an unbounded cache), all read ahead from the first look-ahead
+on: they live there, trained in place with no copy per bucket, and leave it only to be
+written at checkpoints (by the thread that writes them). Those copies run on side streams, after the kernels queued before them, beside
 training.
 """
 
@@ -189,8 +189,9 @@ class PartitionHolder:
         self.cached: OrderedDict[PartitionKey, Partition] = OrderedDict()
         self.cached_clean: set[PartitionKey] = set()
         # In the memory of a device that holds the whole model (`holder_device`), every
-        # partition a bucket leaves is kept until the checkpoint: no swap is written.
-        self.cache_bytes = sys.maxsize if device is not None \
+        # partition is read ahead and kept until the checkpoint: no swap is written.
+        self.keeps_all = device is not None
+        self.cache_bytes = sys.maxsize if self.keeps_all \
             else int(config.partition_cache_gb * 1e9)
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="tessera-partition-writer") \
             if config.io_in_background() else None
@@ -222,7 +223,7 @@ class PartitionHolder:
         wanted = set(keys)
         for key in [k for k in self.in_memory if k not in wanted]:
             self._swap_out(key, metadata)
-        for key in [k for k in self.prefetched if k not in wanted]:
+        for key in [k for k in self.prefetched if k not in wanted and not self.keeps_all]:
             self.prefetched.pop(key).result()  # read for nothing: the order changed
         for key in wanted:
             if key not in self.in_memory:
@@ -233,10 +234,13 @@ class PartitionHolder:
         """Start reading those of `keys` not in memory in the background, for the next `hold`.
 
         Where each is read from is decided now: until that `hold`, only partitions in memory
-        are written, so the file chosen keeps the newest copy while it is read."""
+        are written, so the file chosen keeps the newest copy while it is read. A holder that
+        keeps every partition reads them all ahead, `keys` first (the first epoch would
+        otherwise wait for each new partition's read, or its draw from `init_scale`)."""
         if self.reader is None:
             return
-        for key in sorted(set(keys)):
+        ahead = sorted(set(keys))
+        for key in dict.fromkeys([*ahead, *self.all_keys()] if self.keeps_all else ahead):
             if key in self.in_memory or key in self.prefetched or key in self.writing \
                     or key in self.cached:
                 continue  # held, asked for already, or still in memory
