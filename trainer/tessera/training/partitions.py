@@ -28,8 +28,8 @@ lost anyway, the chunk in progress.
 On one GPU whose memory holds the model well (`holder_device`), that memory is the holder's
 and keeps every partition (as an unbounded cache), all read ahead from the first look-ahead
 on: they live there, trained in place with no copy per bucket, and leave it only to be
-written at checkpoints (by the thread that writes them). Those copies run on side streams, after the kernels queued before them, beside
-training.
+written at checkpoints (by the thread that writes them). Those copies run on side streams,
+after the kernels queued before them, beside training.
 """
 
 from __future__ import annotations
