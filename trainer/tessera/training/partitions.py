@@ -223,8 +223,9 @@ class PartitionHolder:
         wanted = set(keys)
         for key in [k for k in self.in_memory if k not in wanted]:
             self._swap_out(key, metadata)
-        for key in [k for k in self.prefetched if k not in wanted and not self.keeps_all]:
-            self.prefetched.pop(key).result()  # read for nothing: the order changed
+        if not self.keeps_all:  # one that keeps every partition keeps those read ahead too
+            for key in [k for k in self.prefetched if k not in wanted]:
+                self.prefetched.pop(key).result()  # read for nothing: the order changed
         for key in wanted:
             if key not in self.in_memory:
                 self.in_memory[key] = self._take(key)
