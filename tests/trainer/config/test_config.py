@@ -62,7 +62,7 @@ def test_every_pbg_key_with_pbg_default() -> None:
                                                   "init_old_edge_fraction", "replay_paths",
                                                   "partition_cache_gb", "tracking", "tracking_path",
                                                   "num_degree_negs", "eval_num_degree_negs",
-                                                  "reciprocal_relations"}
+                                                  "reciprocal_relations", "weight_averaging"}
     config = parse_config(MINIMAL)
     for key, default in PBG_DEFAULTS.items():
         if default is not None or fields[key].default is None:

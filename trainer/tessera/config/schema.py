@@ -198,6 +198,12 @@ class ConfigSchema:
         "relations), and rank left-hand sides of (?, r, v) as right-hand sides of "
         "(v, r_inverse, ?). With disable_lhs_negs, all_negs and softmax: 1-vs-all training "
         "(Lacroix et al. 2018). PBG cannot load the model file.")
+    weight_averaging: float = option(
+        0.0, help="Tessera only: end the run with the mean of the checkpoints of its last "
+        "epochs, this share of num_epochs (at least the last epoch), instead of the last "
+        "checkpoint alone: stochastic weight averaging. 0.5 averages the second half. Each "
+        "checkpoint of those epochs also keeps the running mean, which PBG ignores; 0 "
+        "averages nothing, as PBG.", minimum=0, maximum=1)
 
     # Experiment tracking.
     tracking: TrackingName = option(

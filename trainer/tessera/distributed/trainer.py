@@ -20,6 +20,7 @@ from ..data.graph_data import GraphData, check_has_edges
 from ..model.model_io import save_model
 from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore
+from ..training.averaged_model import finish_averaging
 from ..training.bucket_trainer import BucketOutcome
 from ..training.coordinator import (
     JobProgress,
@@ -132,6 +133,11 @@ class DistributedCheckpointer:
 
     def finish(self) -> None:
         """Nothing pending: every checkpoint is committed at its barrier."""
+
+    def finish_averaging(self) -> None:
+        if self.lock.trainer == 0:  # the trainer that commits
+            self.committed_version = finish_averaging(self.store, self.config,
+                                                      self.committed_version)
 
     def _commit(self, position: ChunkPosition, metadata: dict[str, Any]) -> tuple[int, bool]:
         self.lock.wait_for(lambda: self.lock.all_arrived(position))

@@ -21,6 +21,7 @@ import torch
 from ..errors import BadInputError, FormatError
 from ..storage.checkpoint import CheckpointStore, model_file
 from .embedding_model import EmbeddingModel
+from .weight_averaging import fold_model, window_of
 
 # The config key a model file was found through: it decides what to advise when the file does
 # not fit the config.
@@ -63,7 +64,11 @@ def model_writer(model: EmbeddingModel, optimizer: ModelOptimizer | None, *,
         else functools.partial(torch.save, copy.deepcopy(state) if copied else state)
 
     def write(store: CheckpointStore, version: int, metadata: Mapping[str, Any]) -> None:
-        store.write_model(version, params, saved_state, metadata)
+        written, averaged = params, None
+        window = window_of(model.config, metadata)
+        if window is not None:
+            written, averaged = fold_model(store, window, version, params)
+        store.write_model(version, written, saved_state, metadata, averaged)
     return write
 
 

@@ -6,6 +6,9 @@ parameter under its public name, such as `relations/0/operator/rhs/translation`,
 [entities, dimension]), each optionally with the optimizer state (the torch.save bytes) as
 the opaque-byte dataset `optimizer/state_dict`, and with `format_version` = 1 and the caller's
 metadata as root attributes; plus `config.json`, `checkpoint_version.txt` and `training_stats.json`.
+A run that averages its last epochs' weights also keeps their running mean in each file, in
+the group `averaged` (the same layout as the trained values: `averaged/embeddings`,
+`averaged/model/...`), which PBG does not read.
 
 Version N counts only once `checkpoint_version.txt` says N. Every file is published atomically
 (a renamed temporary file, or one PUT), the files of N + 1 are all written before the version
@@ -31,7 +34,8 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, BinaryIO, Protocol, TypeVar, cast, overload
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Generic, Protocol, TypeVar, cast, overload
 
 import h5py
 import numpy as np
@@ -59,6 +63,7 @@ EMBEDDINGS_DATASET = "embeddings"
 MODEL_GROUP = "model"
 OPTIMIZER_STATE_DATASET = "optimizer/state_dict"
 STATE_DICT_KEY_ATTR = "state_dict_key"
+AVERAGED_GROUP = "averaged"
 
 # A parameter's public name -> (its key in the model's state dict, its values).
 ModelParameters = dict[str, tuple[str, np.ndarray]]
@@ -69,6 +74,17 @@ MetadataValue = str | int | float | bool
 # then goes from its tensors to the file with no copy of it in memory.
 OptimizerState = bytes | Callable[[BinaryIO], object]
 State = TypeVar("State")
+Values = TypeVar("Values", np.ndarray, ModelParameters)
+
+
+@dataclass(frozen=True)
+class Averaged(Generic[Values]):
+    """A running mean of the values of `count` checkpoints, the first of them written in
+    epoch `first_epoch` (0-based): embeddings, or a model's parameters."""
+
+    values: Values
+    first_epoch: int
+    count: int
 
 # PBG stores the optimizer's torch.save() blob as 1-byte opaque HDF5 elements.
 _OPAQUE_BYTE = np.dtype("V1")
@@ -178,17 +194,38 @@ class CheckpointStore:
 
     def write_embeddings(self, version: int, entity_type: str, part: int,
                          embeddings: np.ndarray, optimizer_state: OptimizerState | None = None,
-                         metadata: Mapping[str, MetadataValue] | None = None) -> None:
-        """Write one partition's embeddings (and optimizer state) for a future version."""
+                         metadata: Mapping[str, MetadataValue] | None = None,
+                         averaged: Averaged[np.ndarray] | None = None) -> None:
+        """Write one partition's embeddings (and optimizer state, and the running mean of
+        weight averaging) for a future version."""
         self._check_writable(version)
         values = np.ascontiguousarray(embeddings, dtype=np.float32)
         if values.ndim != 2:
             raise ValueError(f"embeddings must be 2-D [entities, dimension], got {values.shape}")
         with writing_hdf5(self.directory, embeddings_file(entity_type, part, version)) as file:
             _write_metadata(file, metadata)
-            dataset = file.create_dataset(EMBEDDINGS_DATASET, data=values)
-            dataset.attrs[CRC32_ATTR] = np.uint32(_crc32(values))
+            _write_dataset(file, EMBEDDINGS_DATASET, values)
             _write_optimizer_state(file, optimizer_state)
+            if averaged is not None:
+                group = _averaged_group(file, averaged)
+                _write_dataset(group, EMBEDDINGS_DATASET,
+                               np.ascontiguousarray(averaged.values, dtype=np.float32))
+
+    def read_averaged_embeddings(self, entity_type: str, part: int,
+                                 version: int) -> Averaged[np.ndarray] | None:
+        """The running mean of weight averaging that a partition's file of `version` holds
+        (None: it holds none)."""
+        name = embeddings_file(entity_type, part, version)
+        url = self.directory.url_of(name)
+        with self._reading(name, version) as file:
+            check_format_version(file, url)
+            group = file.get(AVERAGED_GROUP)
+            if group is None:
+                return None
+            dataset = _embeddings_dataset(group, url, *file[EMBEDDINGS_DATASET].shape)
+            values = np.empty(dataset.shape, dtype=np.float32)
+            _check_crc32(dataset, url, _read_in_slices(dataset, values), "the averaged embeddings")
+            return Averaged(values, *_averaging_counts(group, url))
 
     def embeddings_rows(self, entity_type: str, part: int, version: int | None = None) -> int:
         """How many entities one partition's embeddings have (one row each)."""
@@ -277,8 +314,10 @@ class CheckpointStore:
 
     def write_model(self, version: int, params: ModelParameters,
                     optimizer_state: OptimizerState | None = None,
-                    metadata: Mapping[str, MetadataValue] | None = None) -> None:
-        """Write the shared parameters (relation operators, global embeddings) for a version."""
+                    metadata: Mapping[str, MetadataValue] | None = None,
+                    averaged: Averaged[ModelParameters] | None = None) -> None:
+        """Write the shared parameters (relation operators, global embeddings) for a version,
+        and the running mean of weight averaging."""
         self._check_writable(version)
         for public_name in params:
             if not public_name or public_name.startswith(f"{MODEL_GROUP}/"):
@@ -286,12 +325,22 @@ class CheckpointStore:
                                  f"'{MODEL_GROUP}' group, e.g. 'relations/0/operator/rhs/...'")
         with writing_hdf5(self.directory, model_file(version)) as file:
             _write_metadata(file, metadata)
-            group = file.create_group(MODEL_GROUP, track_order=True)
-            for public_name, (state_dict_key, values) in params.items():
-                dataset = group.create_dataset(public_name, data=np.asarray(values))
-                dataset.attrs[STATE_DICT_KEY_ATTR] = state_dict_key
-                dataset.attrs[CRC32_ATTR] = np.uint32(_crc32(values))
+            _write_parameters(file, params)
             _write_optimizer_state(file, optimizer_state)
+            if averaged is not None:
+                _write_parameters(_averaged_group(file, averaged), averaged.values)
+
+    def read_averaged_model(self, version: int) -> Averaged[ModelParameters] | None:
+        """The running mean of weight averaging that the model file of `version` holds (None:
+        it holds none)."""
+        name = model_file(version)
+        url = self.directory.url_of(name)
+        with self._reading(name, version) as file:
+            check_format_version(file, url)
+            group = file.get(AVERAGED_GROUP)
+            if group is None:
+                return None
+            return Averaged(_read_parameters(group, url), *_averaging_counts(group, url))
 
     def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
         """The parameters by public name, with their state-dict keys, and the optimizer state
@@ -594,7 +643,7 @@ def _version_of(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _embeddings_dataset(file: h5py.File, url: str, num_entities: int | None,
+def _embeddings_dataset(file: h5py.Group, url: str, num_entities: int | None,
                         dimension: int | None) -> h5py.Dataset:
     dataset = file.get(EMBEDDINGS_DATASET)
     if not isinstance(dataset, h5py.Dataset):
@@ -647,7 +696,34 @@ def _check_crc32(dataset: h5py.Dataset, url: str, crc: int, what: str) -> None:
                                          "earlier checkpoint (epoch_N/)")
 
 
-def _read_parameters(file: h5py.File, url: str) -> ModelParameters:
+def _write_dataset(parent: h5py.Group, name: str, values: np.ndarray) -> None:
+    dataset = parent.create_dataset(name, data=values)
+    dataset.attrs[CRC32_ATTR] = np.uint32(_crc32(values))
+
+
+def _write_parameters(parent: h5py.Group, params: ModelParameters) -> None:
+    group = parent.create_group(MODEL_GROUP, track_order=True)
+    for public_name, (state_dict_key, values) in params.items():
+        _write_dataset(group, public_name, np.asarray(values))
+        group[public_name].attrs[STATE_DICT_KEY_ATTR] = state_dict_key
+
+
+def _averaged_group(file: h5py.File, averaged: Averaged[Any]) -> h5py.Group:
+    group = file.create_group(AVERAGED_GROUP)
+    group.attrs["first_epoch"] = averaged.first_epoch
+    group.attrs["count"] = averaged.count
+    return group
+
+
+def _averaging_counts(group: h5py.Group, url: str) -> tuple[int, int]:
+    try:
+        return int(group.attrs["first_epoch"]), int(group.attrs["count"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise FormatError(url, f"group '{AVERAGED_GROUP}' lacks its integer 'first_epoch' and "
+                               "'count' attributes") from error
+
+
+def _read_parameters(file: h5py.Group, url: str) -> ModelParameters:
     group = file.get(MODEL_GROUP)
     if group is None:  # a model without shared parameters
         return {}

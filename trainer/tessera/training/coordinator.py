@@ -71,6 +71,7 @@ from ..storage.checkpoint import CheckpointStore, should_preserve
 from ..storage.lease import CheckpointLease, LeaseHeldError
 from ..vocabulary import Bucket, ChunkPosition, PartitionKey
 from .allocator import release_freed_memory
+from .averaged_model import finish_averaging
 from .bucket_trainer import BucketOutcome, BucketTrainer
 from .device_trainer import DeviceBucketTrainer
 from .devices import check_devices, embedding_dtype, holder_device, training_devices
@@ -160,6 +161,10 @@ class Checkpointer(Protocol):
 
     def finish(self) -> None:
         """Commit the checkpoint still being written, if any (raising its error)."""
+
+    def finish_averaging(self) -> None:
+        """Once the run's last checkpoint is committed, commit its weight-averaged model
+        (`averaged_model`)."""
 
 
 def train(config: ConfigSchema, reporter: Reporter,
@@ -390,6 +395,9 @@ class TrainingRun:
                 started = time.monotonic()
                 self.checkpointer.finish()
                 checkpoint_seconds += time.monotonic() - started
+            started = time.monotonic()
+            self.checkpointer.finish_averaging()
+            checkpoint_seconds += time.monotonic() - started
             done, seconds = task.done, task.elapsed
         summary = TrainingSummary(
             edges=int(done), seconds=seconds,
@@ -621,6 +629,10 @@ class LocalCheckpointer:
         finally:  # the writer's thread ends with the run, failed or not
             if self.writer is not None:
                 self.writer.shutdown()
+
+    def finish_averaging(self) -> None:
+        self.holder.committed_version = finish_averaging(self.store, self.config,
+                                                         self.holder.committed_version)
 
     def _commit(self, version: int, position: ChunkPosition,
                 stats: list[dict[str, Any]]) -> None:

@@ -47,6 +47,7 @@ import torch
 
 from ..config import ConfigSchema
 from ..model.model_io import load_optimizer_state
+from ..model.weight_averaging import fold_embeddings, window_of
 from ..seeding import stable_seed
 from ..storage.checkpoint import CheckpointStore, embeddings_file
 from ..vocabulary import PartitionKey
@@ -136,9 +137,14 @@ class PartitionLoader:
         host = torch.device("cpu")
         partition = Partition(copied(partition.embeddings, host),
                               copied(partition.adagrad_sum, host))
+        values, averaged = partition.embeddings.numpy(), None
+        window = window_of(self.config, metadata)
+        if window is not None:
+            values, averaged = fold_embeddings(self.checkpoint, window, version, entity, part,
+                                               values)
         self.checkpoint.write_embeddings(
-            version, entity, part, partition.embeddings.numpy(),
-            save_row_state(partition.adagrad_sum, self.config.lr), metadata)
+            version, entity, part, values, save_row_state(partition.adagrad_sum, self.config.lr),
+            metadata, averaged)
 
     def _grown(self, key: PartitionKey, version: int, rows: int, count: int) -> Partition:
         """A partition whose first `rows` rows (and their optimizer state) start from
