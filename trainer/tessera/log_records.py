@@ -30,6 +30,9 @@ TIME = "time"
 # The task and events the readers look for.
 TRAIN_TASK = "train"
 CHECKPOINT_COMMITTED = "checkpoint committed"
+# The version after a weight-averaged run's last checkpoint (with `checkpoint_version`, and
+# `averaged_checkpoints`: how many the mean is of).
+AVERAGED_MODEL_COMMITTED = "averaged model committed"
 TRAINING_FINISHED = "training finished"
 RESUMING = "resuming from a checkpoint"
 # A rerun whose config differs from its checkpoint's (with `keys`, the top-level keys changed).

@@ -14,18 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support.averaging import assert_holds_the_mean_of_its_last_epochs, store_of, tables
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
 from tessera.model.weight_averaging import first_averaged_epoch, window_of
 from tessera.progress import Reporter
-from tessera.storage.checkpoint import CheckpointStore
-from tessera.storage.fs import Directory
 from tessera.training.coordinator import train
 
 NUM_EPOCHS = 4
-AVERAGED_EPOCHS = (3, 4)  # weight_averaging 0.5 of 4 epochs: the last two (counted from 1)
-PARTS = (0, 1)
+AVERAGED_EPOCHS = [3, 4]  # weight_averaging 0.5 of 4 epochs: the last two (counted from 1)
 RUN_TIMEOUT_S = 120
 
 
@@ -42,33 +40,6 @@ def averaged_config(graph: PlantedGraph, name: str, **overrides: Any) -> dict[st
                            **overrides})
 
 
-def store_of(path: Path) -> CheckpointStore:
-    return CheckpointStore(Directory(str(path)))
-
-
-def tables(store: CheckpointStore) -> list[np.ndarray]:
-    """Both partitions' embeddings and every model parameter of the committed version."""
-    params, _ = store.read_model()
-    return [*(store.read_embeddings("node", part)[0] for part in PARTS),
-            *(values for _, (_, values) in sorted(params.items()))]
-
-
-def assert_holds_the_mean_of_its_last_epochs(checkpoints: Path) -> None:
-    final = store_of(checkpoints)
-    epochs = [tables(store_of(checkpoints / f"epoch_{n}")) for n in AVERAGED_EPOCHS]
-    for values, *of_epochs in zip(tables(final), *epochs, strict=True):
-        np.testing.assert_allclose(values, np.mean(of_epochs, axis=0), rtol=1e-5, atol=1e-7)
-    # The last trained version kept the running mean beside its own values; the averaged
-    # version, one more, holds it in their place.
-    last_trained = store_of(checkpoints / f"epoch_{NUM_EPOCHS}")
-    mean = last_trained.read_averaged_embeddings("node", 0, last_trained.current_version())
-    assert mean is not None and (mean.first_epoch, mean.count) == (2, len(AVERAGED_EPOCHS))
-    assert final.current_version() == last_trained.current_version() + 1
-    assert final.read_averaged_model(final.current_version()) is None
-    assert not np.allclose(final.read_embeddings("node", 0)[0],
-                           last_trained.read_embeddings("node", 0)[0])
-
-
 @pytest.mark.parametrize("devices", [[], [torch.device("cpu")]], ids=["hogwild", "device"])
 def test_the_last_version_holds_the_mean_of_the_last_epochs(graph: PlantedGraph,
                                                            devices: list[torch.device]) -> None:
@@ -77,7 +48,7 @@ def test_the_last_version_holds_the_mean_of_the_last_epochs(graph: PlantedGraph,
     # partition is read back from the version being written, which must hold trained values.
     config = parse_config(averaged_config(graph, name, partition_cache_gb=0, workers=2))
     summary = train(config, Reporter("quiet"), devices=devices)
-    assert_holds_the_mean_of_its_last_epochs(graph.root / name)
+    assert_holds_the_mean_of_its_last_epochs(graph.root / name, AVERAGED_EPOCHS, 2)
     assert summary.checkpoint_version == store_of(graph.root / name).current_version()
 
 
@@ -88,7 +59,7 @@ def test_a_run_without_averaging_ends_with_its_last_checkpoint(graph: PlantedGra
     assert store.current_version() == NUM_EPOCHS
     assert store.read_averaged_model(NUM_EPOCHS) is None
     last_epoch = store_of(graph.root / "plain" / f"epoch_{NUM_EPOCHS}")
-    np.testing.assert_array_equal(tables(store)[0], tables(last_epoch)[0])
+    np.testing.assert_array_equal(tables(store, 2)[0], tables(last_epoch, 2)[0])
 
 
 def run_killed(config_path: Path, nth_commit: int | None) -> subprocess.CompletedProcess[str]:
@@ -119,7 +90,7 @@ def test_a_killed_run_resumes_to_the_same_mean(graph: PlantedGraph, tmp_path: Pa
     assert store_of(checkpoints).current_version() == killed_after_commit
     resumed = run_killed(config_path, None)
     assert resumed.returncode == 0, resumed.stderr
-    assert_holds_the_mean_of_its_last_epochs(checkpoints)
+    assert_holds_the_mean_of_its_last_epochs(checkpoints, AVERAGED_EPOCHS, 2)
 
 
 def test_the_window_is_the_last_share_of_the_epochs(graph: PlantedGraph) -> None:

@@ -137,7 +137,7 @@ class DistributedCheckpointer:
     def finish_averaging(self) -> None:
         if self.lock.trainer == 0:  # the trainer that commits
             self.committed_version = finish_averaging(self.store, self.config,
-                                                      self.committed_version)
+                                                      self.committed_version, self.reporter)
 
     def _commit(self, position: ChunkPosition, metadata: dict[str, Any]) -> tuple[int, bool]:
         self.lock.wait_for(lambda: self.lock.all_arrived(position))

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from ..config import ConfigSchema
 from ..errors import FormatError
+from ..log_records import AVERAGED_MODEL_COMMITTED, CHECKPOINT_VERSION
 from ..model.weight_averaging import window_of
+from ..progress import Reporter
 from ..storage.checkpoint import CheckpointStore, embeddings_file
 from .partitions import all_partition_keys
 
 
-def finish_averaging(store: CheckpointStore, config: ConfigSchema, version: int) -> int:
+def finish_averaging(store: CheckpointStore, config: ConfigSchema, version: int,
+                     reporter: Reporter) -> int:
     """After committing `version`: when it is the last checkpoint of a weight-averaged run,
     commit the next version with its means and return it; else return `version`."""
     if not config.weight_averaging or version == 0:
@@ -39,4 +42,6 @@ def finish_averaging(store: CheckpointStore, config: ConfigSchema, version: int)
     _, model_state = store.read_model(version)
     store.write_model(finished, averaged_model.values, model_state, metadata)
     store.commit(finished, config.to_dict())
+    reporter.event(AVERAGED_MODEL_COMMITTED, **{CHECKPOINT_VERSION: finished,
+                                                "averaged_checkpoints": averaged_model.count})
     return finished

@@ -631,8 +631,8 @@ class LocalCheckpointer:
                 self.writer.shutdown()
 
     def finish_averaging(self) -> None:
-        self.holder.committed_version = finish_averaging(self.store, self.config,
-                                                         self.holder.committed_version)
+        self.holder.committed_version = finish_averaging(
+            self.store, self.config, self.holder.committed_version, self.reporter)
 
     def _commit(self, version: int, position: ChunkPosition,
                 stats: list[dict[str, Any]]) -> None:
