@@ -64,11 +64,9 @@ def model_writer(model: EmbeddingModel, optimizer: ModelOptimizer | None, *,
         else functools.partial(torch.save, copy.deepcopy(state) if copied else state)
 
     def write(store: CheckpointStore, version: int, metadata: Mapping[str, Any]) -> None:
-        written, averaged = params, None
         window = window_of(model.config, metadata)
-        if window is not None:
-            written, averaged = fold_model(store, window, version, params)
-        store.write_model(version, written, saved_state, metadata, averaged)
+        averaged = None if window is None else fold_model(store, window, version, params)
+        store.write_model(version, params, saved_state, metadata, averaged)
     return write
 
 

@@ -29,7 +29,7 @@ class Window:
     """Where a checkpoint stands in the averaged epochs."""
 
     first_epoch: int  # 0-based
-    ends_run: bool  # the run's last checkpoint: it holds the mean
+    ends_run: bool  # the run's last checkpoint: the averaged version follows it
 
 
 def first_averaged_epoch(config: ConfigSchema, num_epochs: int) -> int | None:
@@ -61,21 +61,20 @@ def _is_last(metadata: Mapping[str, Any], index: str, count: str) -> bool:
 
 
 def fold_embeddings(store: CheckpointStore, window: Window, version: int, entity: str,
-                    part: int, values: np.ndarray
-                    ) -> tuple[np.ndarray, Averaged[np.ndarray]]:
-    """What a partition's file of `version` holds: its embeddings, and the running mean."""
+                    part: int, values: np.ndarray) -> Averaged[np.ndarray]:
+    """The running mean that a partition's file of `version` keeps beside `values`."""
     previous = store.read_averaged_embeddings(entity, part, version - 1) if version > 1 else None
     count = _carried_count(previous, window)
     if previous is not None and count and previous.values.shape == values.shape:
         mean = _folded(previous.values, values, count)
     else:
         count, mean = 0, np.array(values, dtype=np.float32)
-    return values, Averaged(mean, window.first_epoch, count + 1)
+    return Averaged(mean, window.first_epoch, count + 1)
 
 
-def fold_model(store: CheckpointStore, window: Window, version: int, params: ModelParameters
-               ) -> tuple[ModelParameters, Averaged[ModelParameters]]:
-    """What the model file of `version` holds: its parameters, and the running mean."""
+def fold_model(store: CheckpointStore, window: Window, version: int,
+               params: ModelParameters) -> Averaged[ModelParameters]:
+    """The running mean that the model file of `version` keeps beside `params`."""
     previous = store.read_averaged_model(version - 1) if version > 1 else None
     count = _carried_count(previous, window)
     if previous is not None and count and all(
@@ -86,7 +85,7 @@ def fold_model(store: CheckpointStore, window: Window, version: int, params: Mod
     else:
         count = 0
         mean = {name: (key, np.array(values)) for name, (key, values) in params.items()}
-    return params, Averaged(mean, window.first_epoch, count + 1)
+    return Averaged(mean, window.first_epoch, count + 1)
 
 
 def _carried_count(previous: Averaged[Any] | None, window: Window) -> int:

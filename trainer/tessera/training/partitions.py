@@ -137,11 +137,10 @@ class PartitionLoader:
         host = torch.device("cpu")
         partition = Partition(copied(partition.embeddings, host),
                               copied(partition.adagrad_sum, host))
-        values, averaged = partition.embeddings.numpy(), None
+        values = partition.embeddings.numpy()
         window = window_of(self.config, metadata)
-        if window is not None:
-            values, averaged = fold_embeddings(self.checkpoint, window, version, entity, part,
-                                               values)
+        averaged = None if window is None \
+            else fold_embeddings(self.checkpoint, window, version, entity, part, values)
         self.checkpoint.write_embeddings(
             version, entity, part, values, save_row_state(partition.adagrad_sum, self.config.lr),
             metadata, averaged)
