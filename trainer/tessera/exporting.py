@@ -38,6 +38,7 @@ from .storage.entity_features import (
     read_entity_features,
 )
 from .storage.fs import Directory
+from .storage.hdf5 import new_hdf5_file
 
 TSV = pa_csv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
 # What a name may not contain in each text format, and why (a TSV field has no quoting:
@@ -174,26 +175,23 @@ def _write_embeddings(target: Directory, files: list[str], total: int,
                 _write_tsv_rows(file, names, embeddings)
         return
     if fmt == "h5":
-        with target.writing(files[0]) as path, h5py.File(path, "w") as file:
+        with target.writing(files[0]) as path, new_hdf5_file(path) as file:
             for names, embeddings in partitions:
                 _append(file, "embeddings", embeddings.astype(np.float32))
                 _append(file, "names", np.array(names, dtype=h5py.string_dtype()))
         return
+    # The .npy is written partition by partition, never held whole; with plain writes, not
+    # through a memory map, whose pages a full disk cannot back (the process dies of SIGBUS).
     with target.writing(files[0]) as path, target.writing(files[1]) as names_path, \
-            open(names_path, "w", encoding="utf-8") as names_file:
-        array = None
-        start = 0
-        for names, embeddings in partitions:
-            if array is None:  # the .npy is filled partition by partition, never held whole
-                array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
-                                                  shape=(total, embeddings.shape[1]))
+            open(path, "wb") as array_file, open(names_path, "w", encoding="utf-8") as names_file:
+        for index, (names, embeddings) in enumerate(partitions):
+            if index == 0:
+                np.lib.format.write_array_header_1_0(array_file, {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                    "fortran_order": False, "shape": (total, embeddings.shape[1])})
             check_names_writable(names, fmt, f"{files[1]}: entity")
-            array[start:start + len(embeddings)] = embeddings
-            start += len(embeddings)
+            array_file.write(np.ascontiguousarray(embeddings, dtype="<f4").data)
             names_file.writelines(f"{n}\n" for n in names)
-        if array is not None:
-            array.flush()
-            del array
 
 
 def check_names_writable(names: Sequence[str], fmt: str, what: str) -> None:

@@ -754,6 +754,8 @@ def _write_optimizer_state(file: h5py.File, state: OptimizerState | None) -> Non
                                   dtype=_OPAQUE_BYTE)
     target = _CountingWriter(DatasetFile(dataset))
     save(cast(BinaryIO, target))
+    if target.failure is not None:
+        raise target.failure
     if target.count != counter.count:
         raise ValueError(f"the optimizer state was {counter.count} bytes, then {target.count} "
                          "when saved again: a state must save the same bytes each time")
@@ -762,20 +764,31 @@ def _write_optimizer_state(file: h5py.File, state: OptimizerState | None) -> Non
 
 class _CountingWriter(io.RawIOBase):
     """A binary file written front to back that keeps how many bytes it took and their CRC-32,
-    and passes them on to `target`, if any."""
+    and passes them on to `target`, if any.
+
+    An OSError of `target` (a full disk under HDF5) is kept in `failure`, the bytes counted as
+    taken: torch.save's zip writer, failed in the middle, crashes the process when it is
+    destroyed later (a segmentation fault at exit), so it is let finish and the error raised
+    after it."""
 
     def __init__(self, target: BinaryIO | io.RawIOBase | None = None) -> None:
         super().__init__()
         self.target = target
         self.count = 0
         self.crc = 0
+        self.failure: OSError | None = None
 
     def writable(self) -> bool:
         return True
 
     def write(self, buffer: Any) -> int:
         data = memoryview(buffer).cast("B")
-        size = data.nbytes if self.target is None else self.target.write(data) or 0
+        size = data.nbytes
+        if self.target is not None and self.failure is None:
+            try:
+                size = self.target.write(data) or 0
+            except OSError as error:
+                self.failure = error
         self.count += size
         self.crc = zlib.crc32(data[:size], self.crc)
         return size

@@ -12,6 +12,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import logging
+import os
+import re
+import sys
 import threading
 import traceback
 from collections.abc import Iterator
@@ -24,6 +28,8 @@ from ..errors import BadInputError, FormatError, TesseraError
 from ..os_errors import classify_local
 from .failures import one_line
 from .fs import Directory
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION_ATTR = "format_version"
 FORMAT_VERSION = 1
@@ -121,9 +127,86 @@ def writing_hdf5(directory: Directory, name: str) -> Iterator[h5py.File]:
     """Create `name` with its format version; it becomes visible only if the block succeeds."""
     # No chunk cache: writers hand HDF5 whole chunks, and a cache per open file would make
     # memory grow with the number of buckets being written at once.
-    with directory.writing(name) as temp_path, h5py.File(temp_path, "w", rdcc_nbytes=0) as file:
+    with directory.writing(name) as temp_path, new_hdf5_file(temp_path, rdcc_nbytes=0) as file:
         file.attrs[FORMAT_VERSION_ATTR] = FORMAT_VERSION
         yield file
+
+
+@contextlib.contextmanager
+def new_hdf5_file(path: str, **options: Any) -> Iterator[h5py.File]:
+    """Create the HDF5 file `path` and close it however the block ends: a write that failed
+    (a full disk) leaves a file that HDF5 may not let go of at the first close, and a file
+    left open crashes the process at exit. A failure of the last writes, at close, is the
+    OSError of its errno."""
+    file = h5py.File(path, "w", **options)
+    try:
+        yield file
+    except BaseException:
+        _close_after_failure(file)
+        raise
+    try:
+        file.close()
+    except RuntimeError as error:
+        _close_after_failure(file)
+        raise _os_error_of(error, path) from error
+
+
+# A failed write leaves an HDF5 file that may take more than one close to let go; a file left
+# open crashes the process as the library shuts down (a segmentation fault at exit).
+_CLOSE_ATTEMPTS = 3
+_DEALLOC = "h5py._objects.ObjectID.__dealloc__"
+
+
+def _is_failed_release(error: BaseException | None, where: object = None) -> bool:
+    """Whether `error` is HDF5 failing to release an object of a file whose write failed:
+    each repeats the write's error (a full disk), which the command reports once."""
+    if not isinstance(error, (RuntimeError, OSError)):
+        return False
+    if str(where) == _DEALLOC:
+        return True
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and frames[-1].name.endswith("_dealloc") \
+        and "h5py" in frames[-1].filename
+
+
+def _hide_failed_releases(unraisable: Any, passed_on: Any = sys.unraisablehook) -> None:
+    """Python's hook for errors nobody can catch, without HDF5's failed releases (h5py prints
+    each through both hooks, a traceback each)."""
+    if _is_failed_release(unraisable.exc_value, unraisable.object):
+        logger.debug("HDF5 failed to release an object: %s", unraisable.exc_value)
+        return
+    passed_on(unraisable)
+
+
+def _print_uncaught(kind: type[BaseException], error: BaseException, trace: Any,
+                    passed_on: Any = sys.excepthook) -> None:
+    if _is_failed_release(error):
+        logger.debug("HDF5 failed to release an object: %s", error)
+        return
+    passed_on(kind, error, trace)
+
+
+sys.unraisablehook = _hide_failed_releases
+sys.excepthook = _print_uncaught
+
+
+def _close_after_failure(file: h5py.File) -> None:
+    for _ in range(_CLOSE_ATTEMPTS):
+        try:
+            file.close()
+            return
+        except Exception:  # noqa: BLE001 - the error being raised already says what went wrong
+            continue
+
+
+def _os_error_of(error: RuntimeError, path: str) -> Exception:
+    """HDF5 reports a failed write at close as a RuntimeError whose text holds the errno: as
+    an OSError of that errno, `os_errors` names it; other errors stay as they are."""
+    found = re.search(r"errno = (\d+)", str(error))
+    if found is None:
+        return error
+    number = int(found.group(1))
+    return OSError(number, os.strerror(number), path)
 
 
 class DatasetFile(io.RawIOBase):
