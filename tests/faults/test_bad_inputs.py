@@ -288,6 +288,8 @@ ROWS: dict[str, BadInput] = {
                                             write("config.toml", "dimension = 8\n")),
     "Python config raising": BadInput(("config", "check", "config.py"), "config.py",
                                       python_config("raise RuntimeError('no cluster here')")),
+    "Python config exiting": BadInput(("config", "check", "config.py"), "sys.exit(3)",
+                                      python_config("import sys\nsys.exit(3)")),
     "Python config syntax error": BadInput(("config", "check", "config.py"), "config.py",
                                            python_config("def broken(:")),
     "Python config missing variable": BadInput(
@@ -388,6 +390,21 @@ ROWS: dict[str, BadInput] = {
                                      write("ckpt/checkpoint_version.txt", "four\n")),
     "version file garbage in eval": BadInput(EVAL, "checkpoint_version.txt",
                                              write("ckpt/checkpoint_version.txt", "four\n")),
+    "version file not UTF-8": BadInput(EVAL, "checkpoint_version.txt: not UTF-8",
+                                       write_bytes("ckpt/checkpoint_version.txt", b"\xff")),
+    "commit journal not an object": BadInput(TRAIN_MORE, "commit_journal.json",
+                                             write("ckpt/commit_journal.json", "[]")),
+    "commit journal's statistics not a list": BadInput(
+        TRAIN_MORE, "commit_journal.json",
+        write("ckpt/commit_journal.json", '{"version": 4, "stats": 3}')),
+    "export record not an object": BadInput(
+        EXPORT, ".tessera-export.json", write("exported/.tessera-export.json", "[]")),
+    "tune study not a database": BadInput(
+        ("tune", "config.yaml", "--valid", "edges/test", "-p", "edge_paths=[edges/train]"),
+        "study.db", write("ckpt/tune/study.db", "garbage\n")),
+    "tune judged on the training split spelled otherwise": BadInput(
+        ("tune", "config.yaml", "--valid", "edges/train/", "-p", "edge_paths=[edges/train]"),
+        "--valid"),
     "a bit flipped in the embeddings": BadInput(TRAIN_MORE, "embeddings_node_0.v4.h5",
                                                 flip_a_data_bit(CKPT_EMB)),
     "a bit flipped in the exported embeddings": BadInput(EXPORT, "embeddings_node_0.v4.h5",

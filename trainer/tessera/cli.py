@@ -109,12 +109,22 @@ def print_result(text: str) -> None:
         print(text)
         sys.stdout.flush()  # a closed reader shows here, not at interpreter exit
     except BrokenPipeError:
-        # Python's recipe (signal module docs): point stdout at /dev/null so that the
-        # interpreter's last flush does not fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _drop_stdout()
         raise StdoutClosed from None
+    except OSError as error:  # a full disk (or another failure) under a redirected stdout
+        classified = classify_local(error, "standard output")
+        if classified is None:
+            raise
+        _drop_stdout()
+        raise classified from None
+
+
+def _drop_stdout() -> None:
+    """Python's recipe (signal module docs): point stdout at /dev/null so that the
+    interpreter's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def build_parser() -> argparse.ArgumentParser:

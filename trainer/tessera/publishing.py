@@ -22,7 +22,7 @@ import socket
 import uuid
 from collections.abc import Iterator, Sequence
 
-from .errors import BadInputError, TransientError
+from .errors import BadInputError, FormatError, TransientError
 from .processes import process_is_running
 from .storage.fs import Directory, StorageSettings
 
@@ -77,6 +77,11 @@ def _finish_killed_exports(output: Directory) -> None:
         moves = None
     except json.JSONDecodeError:  # cut short before any file moved: nothing to finish
         moves = {"staging": "", "files": []}
+    if moves is not None and not (isinstance(moves, dict) and isinstance(moves.get("staging"), str)
+                                  and isinstance(moves.get("files"), list)):
+        raise FormatError(output.url_of(MOVES_FILE), "not the record of an export's moves (an "
+                                                     "object with 'staging' and 'files'); "
+                                                     "delete it")
     if moves is not None:
         staging = output.subdirectory(moves["staging"]) if moves["staging"] else None
         if staging is not None and _made_by_a_live_process(moves["staging"]):

@@ -70,6 +70,9 @@ def _read_python_config(location: str) -> dict[str, Any]:
         raise
     except Exception as error:  # the user's code: any error is a mistake in the config
         raise _python_config_error(path, error) from None
+    except SystemExit as error:  # sys.exit() in the config would end the command silently
+        raise ConfigError(location, f"the config called sys.exit({error.code!r}); a config "
+                                    "must return its dict, not exit") from None
     if not isinstance(raw, dict):
         raise ConfigError(location, "get_torchbiggraph_config() must return a dict")
     return raw

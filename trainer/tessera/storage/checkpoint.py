@@ -398,17 +398,23 @@ class CheckpointStore:
         except FileNotFoundError:
             return
         except json.JSONDecodeError as error:
-            raise FormatError(self.directory.url_of(JOURNAL_FILE),
-                              f"invalid JSON ({error}); delete it (the chunk's statistics "
-                              "and epoch copy are lost, the checkpoint is not)") from error
+            raise self._bad_journal(f"invalid JSON ({error})") from error
+        if not isinstance(journal, dict) or not isinstance(journal.get("stats", []), list):
+            raise self._bad_journal("not a commit journal (an object with 'version', "
+                                    "'stats' and 'preserve_as')")
         if journal.get("version") == self.current_version():
-            records = journal["stats"]  # as read back from JSON, as read_stats returns them
+            records = journal.get("stats", [])  # as read back from JSON, as read_stats returns
             if records and not (after_a_crash
                                 and self.read_stats()[-len(records):] == records):
                 self.append_stats(records)
             if journal.get("preserve_as") is not None:
                 self.preserve(int(journal["preserve_as"]))
         self.directory.delete(JOURNAL_FILE)
+
+    def _bad_journal(self, why: str) -> FormatError:
+        return FormatError(self.directory.url_of(JOURNAL_FILE),
+                           f"{why}; delete it (the chunk's statistics and epoch copy are lost, "
+                           "the checkpoint is not)")
 
     def preserve(self, epochs_done: int) -> CheckpointStore:
         """Copy the committed version into `epoch_{epochs_done}/`, a checkpoint of its own."""

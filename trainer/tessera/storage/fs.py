@@ -29,7 +29,7 @@ from typing import IO, Any, Protocol, TypeVar, cast
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import BadInputError
+from ..errors import BadInputError, FormatError
 from ..metrics import STORAGE_READ_BYTES, STORAGE_WRITTEN_BYTES
 from ..os_errors import local_errors_named
 from ..processes import process_is_running
@@ -149,8 +149,14 @@ class Directory:
         then its bytes if unchanged) and fail when the file changed in between."""
         data = self._call(self.url_of(name), lambda: bytes(self.fs.cat_file(self.path(name))))
         STORAGE_READ_BYTES.inc(len(data))
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise FormatError(self.url_of(name), f"not UTF-8 text (byte {error.start} is "
+                                                 f"{data[error.start:error.start + 1]!r}); "
+                                                 "restore the file, or delete it") from error
         # Decoded as a text-mode open would: universal newlines.
-        return io.StringIO(data.decode("utf-8"), newline=None).read()
+        return io.StringIO(text, newline=None).read()
 
     def write_text(self, name: str, text: str) -> None:
         """Write a small text file atomically: readers see the old or the new content."""

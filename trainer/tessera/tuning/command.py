@@ -8,6 +8,7 @@ interruption finishes the study, and a larger `--trials` adds trials to it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,13 +100,22 @@ def check_judging(config: ConfigSchema, options: TuneOptions) -> Judging:
         raise ConfigError("--valid", "no validation edge set: give --valid EDGE_PATH, an "
                                      "imported edge set that training does not read (the "
                                      "valid split); trials are judged on it, never on test")
-    if options.valid_path in config.edge_paths:
+    if any(_same_place(options.valid_path, path) for path in config.edge_paths):
         raise ConfigError("--valid", f"{options.valid_path} is also in edge_paths, which "
                                      "every trial trains on; train on the training split "
                                      "alone (-p edge_paths=...)")
     check_flag_edge_sets(config, "--valid", [options.valid_path])
     check_flag_edge_sets(config, "--filter-paths", list(options.filter_paths))
     return Judging(options.valid_path, tuple(options.filter_paths), options.valid_every)
+
+
+def _same_place(first: str, second: str) -> bool:
+    """Whether two edge paths name one folder, however spelled (a trailing slash, `..`, a
+    relative path or a symbolic link on a local disk)."""
+    first_dir, second_dir = Directory(first), Directory(second)
+    if first_dir.is_local and second_dir.is_local:
+        return os.path.realpath(first_dir.root) == os.path.realpath(second_dir.root)
+    return first_dir.url == second_dir.url
 
 
 def check_budget(options: TuneOptions) -> None:

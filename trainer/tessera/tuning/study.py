@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigSchema, parse_config
 from ..config.redaction import redacted, without_url_credentials
-from ..errors import ConfigError
+from ..errors import BadInputError, ConfigError, FormatError
 from ..log_records import is_number
 from ..storage.fs import Directory
 from ..tracking import CurveWriter, trial_tracking_path
@@ -66,6 +66,7 @@ def open_study(tune_dir: Path, seed: int, startup_trials: int,
     # own warning of a failed trial would add its traceback.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     tune_dir.mkdir(parents=True, exist_ok=True)
+    check_study_file(tune_dir / STUDY_FILE)
     study = optuna.create_study(
         storage=f"sqlite:///{(tune_dir / STUDY_FILE).resolve()}", study_name=STUDY_NAME,
         direction="maximize", load_if_exists=True,
@@ -77,6 +78,25 @@ def open_study(tune_dir: Path, seed: int, startup_trials: int,
     # run's again.
     study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))
     return study
+
+
+# What every SQLite database file starts with (an empty file is a new database too).
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_study_file(path: Path) -> None:
+    """Refuse a study file that SQLite cannot open, naming it: Optuna's own error would be
+    a database driver's traceback."""
+    if not path.exists():
+        return
+    if not path.is_file():
+        raise BadInputError(f"{path}: is not a file, where the study's SQLite database is "
+                            "kept; remove it, or tune into another checkpoint_path")
+    with path.open("rb") as file:
+        header = file.read(len(_SQLITE_HEADER))
+    if header and header != _SQLITE_HEADER:
+        raise FormatError(str(path), "not a SQLite database (the study of earlier trials); "
+                                     "restore it, or delete it to start a new study")
 
 
 def check_space_continues(study: optuna.Study, space: SearchSpace, tune_dir: Path) -> None:
