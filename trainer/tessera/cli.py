@@ -13,13 +13,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from .errors import BadInputError, ConfigError, TesseraError, TransientError
+from .errors import EXIT_BAD_INPUT, BadInputError, ConfigError, TesseraError, TransientError
 from .log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EVALUATION_FINISHED
 from .openmp_waits import shorten_spinning
 from .os_errors import classify_local
@@ -57,6 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _print_error(args, named)
         return named.exit_code
+    except (MemoryError, RuntimeError) as error:
+        if not _out_of_memory(error):
+            raise
+        _print_error(args, BadInputError(
+            f"out of memory ({_allocation(error)}); lower dimension, "
+            "batch_size, workers or partition_cache_gb, or run on a machine with more memory"))
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"tessera {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -65,6 +73,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_TERMINATED
     except StdoutClosed:
         return EXIT_BROKEN_PIPE
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """Python's MemoryError, or torch's CPU allocator refusing a tensor (a RuntimeError)."""
+    return isinstance(error, MemoryError) or "can't allocate memory" in str(error)
+
+
+def _allocation(error: BaseException) -> str:
+    """What the failed allocation asked for, as torch says it (Python's MemoryError does not)."""
+    asked = re.search(r"tried to allocate (\d+) bytes", str(error))
+    return f"{int(asked.group(1)) / 1e9:.3g} GB asked for" if asked else "an allocation failed"
 
 
 def _named_os_error(error: OSError) -> TesseraError | None:

@@ -129,12 +129,24 @@ def _describe(value: Any) -> str:
     return "null" if value is None else f"{type(value).__name__} {value!r}"
 
 
+def _check_paths_named(config: ConfigSchema) -> None:
+    """An empty path would read and write the current directory, as if it had been named."""
+    named = {"entity_path": config.entity_path, "checkpoint_path": config.checkpoint_path,
+             **{f"edge_paths[{i}]": path for i, path in enumerate(config.edge_paths)}}
+    if config.init_path is not None:
+        named["init_path"] = config.init_path
+    for key, path in named.items():
+        if not path.strip():
+            raise ConfigError(key, "is empty; name a directory (a path or a URL)")
+
+
 def check_consistency(config: ConfigSchema) -> None:
     """Rules that involve several keys; each error names the key to change."""
     if not config.entities:
         raise ConfigError("entities", "at least one entity type is required")
     if not config.relations:
         raise ConfigError("relations", "at least one relation type is required")
+    _check_paths_named(config)
     for i, relation in enumerate(config.relations):
         for side in ("lhs", "rhs"):
             entity = getattr(relation, side)

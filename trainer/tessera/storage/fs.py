@@ -66,8 +66,16 @@ class Directory:
         self.url = url.rstrip("/") or url
         self.storage_options = dict(storage_options or {})
         self.retry_timeout = retry_timeout
-        self.fs, self.root = fsspec.core.url_to_fs(
-            self.url, **_filesystem_options(self.url, self.storage_options))
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(
+                self.url, **_filesystem_options(self.url, self.storage_options))
+        except ImportError as error:  # a known scheme whose package is not installed
+            raise BadInputError(f"{self.url}: {error}; or name a path of another kind "
+                                "(local, s3://)") from None
+        except (ValueError, TypeError) as error:  # an unknown scheme, or options it refuses
+            raise BadInputError(f"{self.url}: cannot be opened ({type(error).__name__}: "
+                                f"{error}); check its scheme (local paths, s3://, gs://...) "
+                                "and storage_options") from None
         self.root = self.root.rstrip("/") if self.root != "/" else self.root
         if _is_s3(self.url):
             self.fs.retries = 1  # s3fs's own loop; see _filesystem_options
