@@ -296,6 +296,9 @@ ROWS: dict[str, BadInput] = {
     "export onto a folder of an output file's name": BadInput(
         (*EXPORT, "--overwrite"), "embeddings_node.tsv",
         lambda root: (root / "exported" / "embeddings_node.tsv").mkdir(parents=True)),
+    "a folder as import input": BadInput((*IMPORT, "edges"), "edges: is not a regular file"),
+    "init_path of another dimension, named as such": BadInput(
+        (*TRAIN_FRESH, "-p", "init_path=ckpt", "-p", "dimension=4"), "another dimension"),
     "a model larger than memory": BadInput((*TRAIN_FRESH, "-p", "dimension=100000000000"),
                                            "out of memory"),
     "Python config exiting": BadInput(("config", "check", "config.py"), "sys.exit(3)",

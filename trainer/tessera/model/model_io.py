@@ -13,6 +13,7 @@ import copy
 import functools
 import io
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import Any, BinaryIO, Protocol
 
 import numpy as np
@@ -153,12 +154,15 @@ def _dimension_change(mismatches: list[tuple[tuple[int, ...], tuple[int, ...]]])
     if not mismatches or any(not file or not config or file[:-1] != config[:-1]
                              for file, config in mismatches):
         return []
-    changes = {(file[-1], config[-1]) for file, config in mismatches}
-    if len(changes) != 1:
+    # Operators may store a share of the dimension (a complex one, half): compare ratios.
+    ratios = {Fraction(file[-1], config[-1]) for file, config in mismatches if config[-1]}
+    if len(ratios) != 1:
         return []
-    (in_file, in_config), = changes
-    return [f"the checkpoint was trained with dimension {in_file}, this config has "
-            f"dimension {in_config}"]
+    ratio, = ratios
+    in_file, in_config = mismatches[0][0][-1], mismatches[0][1][-1]
+    return [f"the checkpoint was trained with another dimension ({float(ratio):g} times this "
+            f"config's: its parameters' last axis is {in_file} where this config's is "
+            f"{in_config})"]
 
 
 def _differences(public_names: Mapping[str, str], expected: Mapping[str, torch.Tensor],
