@@ -208,6 +208,19 @@ def test_stale_reason_follows_the_rules() -> None:
                                                           "expires": NOW.isoformat()})])
 def test_a_malformed_lease_file_is_bad_input_naming_it(local_dir, text):
     local_dir.write_text(LEASE_FILE, text)
-    with pytest.raises(FormatError, match=rf"{LEASE_FILE}: not a checkpoint lease .*delete it "
+    with pytest.raises(FormatError, match=rf"{LEASE_FILE}: not a lease .*delete it "
                                           "if no run is using this checkpoint path"):
         CheckpointLease(local_dir, "tessera train").acquire()
+
+
+def test_a_lease_never_taken_releases_quietly_and_leaves_no_lock_file(local_dir, caplog):
+    # An import or a training refused at its lease (a malformed lease file, here) reports
+    # that error alone: releasing the lease it never took said "could not release".
+    local_dir.write_text(LEASE_FILE, "{bad")
+    lease = CheckpointLease(local_dir, "tessera train")
+    with pytest.raises(FormatError):
+        lease.acquire()
+    with caplog.at_level("WARNING"):
+        lease.release()
+    assert not caplog.records
+    assert sorted(local_dir.listdir()) == [LEASE_FILE]  # the other run's file, untouched

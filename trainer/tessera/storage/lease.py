@@ -86,20 +86,20 @@ class LeaseRecord:
                            "expires": _stamp(self.expires)}, indent=4) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, url: str) -> LeaseRecord:
+    def from_json(cls, text: str, url: str, label: str = "checkpoint path") -> LeaseRecord:
+        """The record in a lease file at `url`, the lease on a `label` (as messages name it)."""
         try:
             fields = json.loads(text)
             record = cls(str(fields["token"]), str(fields["command"]), str(fields["host"]),
                          int(fields["pid"]), *(datetime.fromisoformat(fields[name])
                                                for name in ("started", "heartbeat", "expires")))
         except (ValueError, KeyError, TypeError) as error:
-            raise FormatError(url, f"not a checkpoint lease ({error!r}); delete it if no run "
-                                   "is using this checkpoint path") from error
+            raise FormatError(url, f"not a lease ({error!r}); delete it if no run is using "
+                                   f"this {label}") from error
         if record.pid <= 0 or any(t.tzinfo is None for t in (record.started, record.heartbeat,
                                                              record.expires)):
-            raise FormatError(url, "not a checkpoint lease (a pid above 0 and times with a "
-                                   "time zone expected); delete it if no run is using this "
-                                   "checkpoint path")
+            raise FormatError(url, "not a lease (a pid above 0 and times with a time zone "
+                                   f"expected); delete it if no run is using this {label}")
         return record
 
     def describe(self) -> str:
@@ -153,6 +153,7 @@ class CheckpointLease:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.started = _now()
+        self.taken = False  # by `acquire`: only then is there a lease to release
 
     def read(self) -> LeaseRecord | None:
         """The lease file's record (None: no lease)."""
@@ -160,7 +161,7 @@ class CheckpointLease:
             text = self.directory.read_text(self.FILE)
         except FileNotFoundError:
             return None
-        return LeaseRecord.from_json(text, self.url)
+        return LeaseRecord.from_json(text, self.url, self.LABEL)
 
     def acquire(self) -> str | None:
         """Take the lease, or raise LeaseHeldError naming its holder.
@@ -184,6 +185,7 @@ class CheckpointLease:
             confirmed = self.read()
             if confirmed is None or confirmed.token != self.token:
                 raise self._held_by(confirmed)
+            self.taken = True
             return replaced
 
     @property
@@ -235,17 +237,19 @@ class CheckpointLease:
 
     def release(self) -> None:
         """Delete the lease file if it is still ours (best effort: a lease left behind is
-        taken over once its holder is found dead)."""
+        taken over once its holder is found dead). A lease never taken (`acquire` failed)
+        has only its lock file to remove, quietly: the error that stopped it is reported."""
         try:
             with self._contenders_in_turn():
-                current = self.read()
+                current = self.read() if self.taken else None
                 if current is not None and current.token == self.token:
                     self.directory.delete(self.FILE)
                 if self.directory.is_local:  # under the lock: see _contenders_in_turn
                     os.unlink(self.directory.path(self.lock_file))
         except (TesseraError, OSError) as error:
-            logger.warning("%s: could not release the lease (%s); it expires by itself",
-                           self.url, error)
+            if self.taken:
+                logger.warning("%s: could not release the lease (%s); it expires by itself",
+                               self.url, error)
 
     @contextlib.contextmanager
     def renewing(self, on_lost: Callable[[str], None] | None = None) -> Iterator[None]:
