@@ -296,7 +296,10 @@ ROWS: dict[str, BadInput] = {
     "export onto a folder of an output file's name": BadInput(
         (*EXPORT, "--overwrite"), "embeddings_node.tsv",
         lambda root: (root / "exported" / "embeddings_node.tsv").mkdir(parents=True)),
-    "a folder as import input": BadInput((*IMPORT, "edges"), "edges: is not a regular file"),
+    "a folder as import input": BadInput(
+        ("import", "config.yaml", "train.tsv", "edges", "--format", "tsv", "--rel-col", "1",
+         "--rhs-col", "2"),
+        "edges: is not a regular file"),
     "init_path of another dimension, named as such": BadInput(
         (*TRAIN_FRESH, "-p", "init_path=ckpt", "-p", "dimension=4"), "another dimension"),
     "a model larger than memory": BadInput((*TRAIN_FRESH, "-p", "dimension=100000000000"),

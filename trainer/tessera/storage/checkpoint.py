@@ -158,7 +158,8 @@ class CheckpointStore:
         if not _NON_NEGATIVE_INTEGER.fullmatch(text.strip()):
             raise FormatError(self.directory.url_of(CHECKPOINT_VERSION_FILE),
                               f"expected a checkpoint version (an integer), found "
-                              f"{text.strip()[:40]!r}")
+                              f"{text.strip()[:40]!r}; delete the file (the newest complete "
+                              "version is then found) or write the version into it")
         return int(text)
 
     def readable_version(self, purpose: str) -> int:
@@ -515,10 +516,12 @@ class CheckpointStore:
         url = self.directory.url_of(name)
         if version == 0:
             hint = self._no_version_hint() or (f" (there is no {CHECKPOINT_VERSION_FILE}, so "
-                                               "the unversioned name was tried)")
+                                               "the unversioned name was tried); check the "
+                                               "path, or train a checkpoint there first")
             return BadInputError(f"{url}: file not found{hint}")
         return BadInputError(f"{url}: file not found (checkpoint version {version} is "
-                             "incomplete)")
+                             "incomplete); restore the file, or train again from an epoch_N/ "
+                             "copy")
 
     def _no_version_hint(self) -> str:
         """What to do about versioned files found with no committed version ("": none)."""

@@ -90,7 +90,8 @@ def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Ite
             raise BadInputError(f"{url}: file not found{missing_hint}") from error
         except OSError as error:  # h5py's way of saying "truncated" or "not HDF5 at all"
             raise classify_local(error, url) or FormatError(
-                url, f"not a readable HDF5 file ({one_line(error)})") from error
+                url, f"not a readable HDF5 file ({one_line(error)}); restore it from a copy, "
+                     "or write it again") from error
         try:
             yield file
         except (OSError, RuntimeError, KeyError) as error:
