@@ -20,7 +20,7 @@ from tessera.cli import main
 from tessera.config.validate import parse_config
 from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT, TransientError
 from tessera.log_records import CHUNK_STATS, event_record
-from tessera.mlflow_runs import CHECKPOINT_PATH_TAG, run_parameters
+from tessera.mlflow_runs import CHECKPOINT_PATH_TAG, run_parameters, wrapped_stop
 from tessera.progress import Reporter
 from tessera.stop_signals import Terminated
 from tessera.storage.fs import Directory
@@ -312,6 +312,31 @@ def test_an_unreachable_mlflow_server_is_one_line_worth_a_retry_and_no_secret(
                                    tracking_path="http://alice:hunter2@127.0.0.1:9")
     assert code == EXIT_TRANSIENT and "tracking_path: MLflow at http://" in error, error
     assert "hunter2" not in error and "retry, or set tracking: none" in error
+
+
+@pytest.mark.timeout(90)  # MLflow's own retries took about four minutes, silent
+def test_an_unreachable_mlflow_server_is_given_up_on_within_seconds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    code, error = refused_training(tmp_path, capsys, tracking="mlflow",
+                                   tracking_path="http://127.0.0.1:9")
+    assert code == EXIT_TRANSIENT and "retry, or set tracking: none" in error, error
+
+
+def test_a_stop_while_mlflow_retries_is_a_stop_not_a_failure() -> None:
+    # MLflow wraps what its HTTP retries raise, SIGTERM's Terminated included: unwrapped, the
+    # command exits 143 as a stop, not 75 as a server to retry.
+    try:
+        try:
+            raise Terminated
+        except Terminated as stop:
+            raise RuntimeError("API request failed") from stop
+    except RuntimeError as wrapped:
+        assert isinstance(wrapped_stop(wrapped), Terminated)
+    assert wrapped_stop(RuntimeError("API request failed")) is None
 
 
 def test_an_unknown_tracking_uri_is_bad_input(tmp_path: Path,

@@ -27,6 +27,7 @@ from typing import Any
 from .config import ConfigSchema
 from .config.redaction import redacted, without_url_credentials
 from .errors import BadInputError, TransientError
+from .stop_signals import Terminated
 from .storage.failures import one_line
 from .tracking import Point
 
@@ -42,6 +43,11 @@ _BAD_REQUEST_CODES = frozenset({"INVALID_PARAMETER_VALUE", "BAD_REQUEST", "ENDPO
                                 "PERMISSION_DENIED", "UNAUTHENTICATED", "INVALID_STATE"})
 
 
+_HTTP_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "4",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
 def mlflow_client_class() -> Any:
     """MlflowClient; without MLflow, a bad input that names the extra to install."""
     try:
@@ -49,6 +55,11 @@ def mlflow_client_class() -> Any:
     except ImportError as error:
         raise BadInputError(f"tracking: mlflow needs the mlflow-skinny package: pip install "
                             f"'tessera[{EXTRA}]' (or mlflow), or set tracking: none") from error
+    # MLflow's HTTP client retries an unreachable server for about four minutes (7 retries,
+    # backoff factor 2, 120 s a request) before the run starts, saying nothing: about 15 s
+    # here, unless the environment sets its own.
+    for name, value in _HTTP_RETRIES.items():
+        os.environ.setdefault(name, value)
     # MLflow logs its set-up steps (database migrations...) at INFO to stderr, where a pod's
     # JSON lines go: only its warnings are worth a line there.
     logging.getLogger("mlflow").setLevel(logging.WARNING)
@@ -68,6 +79,9 @@ class MlflowRun:
             self.client = client_class(tracking_uri=config.tracking_path)
             self.run_id = self._find_or_start(config, resume, parent)
         except Exception as error:  # noqa: BLE001 - MLflow's and its HTTP stack's, classified
+            stop = wrapped_stop(error)
+            if stop is not None:  # SIGTERM or Ctrl-C while MLflow retried: a stop, not a failure
+                raise stop from None
             raise _classified(error, config.tracking_path) from error
 
     def write(self, points: Iterable[Point]) -> None:
@@ -131,6 +145,19 @@ class MlflowRun:
         self.client.log_batch(run.info.run_id, params=[
             Param(key, value) for key, value in run_parameters(config.to_dict()).items()])
         return str(run.info.run_id)
+
+
+def wrapped_stop(error: BaseException) -> BaseException | None:
+    """The stop (SIGTERM's Terminated, Ctrl-C) that MLflow's retries wrapped in their own error,
+    if one did."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (Terminated, KeyboardInterrupt)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def run_parameters(config: Mapping[str, Any]) -> dict[str, str]:
