@@ -216,11 +216,8 @@ class CheckpointStore:
                                  version: int) -> Averaged[np.ndarray] | None:
         """The running mean of weight averaging that a partition's file of `version` holds
         (None: it holds none)."""
-        name = embeddings_file(entity_type, part, version)
-        url = self.directory.url_of(name)
-        with self._reading(name, version) as file:
-            check_format_version(file, url)
-            group = file.get(AVERAGED_GROUP)
+        with self._averaged(embeddings_file(entity_type, part, version), version) as (
+                file, group, url):
             if group is None:
                 return None
             dataset = _embeddings_dataset(group, url, *file[EMBEDDINGS_DATASET].shape)
@@ -334,14 +331,19 @@ class CheckpointStore:
     def read_averaged_model(self, version: int) -> Averaged[ModelParameters] | None:
         """The running mean of weight averaging that the model file of `version` holds (None:
         it holds none)."""
-        name = model_file(version)
-        url = self.directory.url_of(name)
-        with self._reading(name, version) as file:
-            check_format_version(file, url)
-            group = file.get(AVERAGED_GROUP)
+        with self._averaged(model_file(version), version) as (_, group, url):
             if group is None:
                 return None
             return Averaged(_read_parameters(group, url), *_averaging_counts(group, url))
+
+    @contextlib.contextmanager
+    def _averaged(self, name: str, version: int
+                  ) -> Iterator[tuple[h5py.File, h5py.Group | None, str]]:
+        """A file of `version`, its `averaged` group (None: it has none) and its URL."""
+        url = self.directory.url_of(name)
+        with self._reading(name, version) as file:
+            check_format_version(file, url)
+            yield file, file.get(AVERAGED_GROUP), url
 
     def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
         """The parameters by public name, with their state-dict keys, and the optimizer state
