@@ -42,6 +42,8 @@ def staged_directory(output: Directory, names: Sequence[str], *,
     Existing files of those names are refused (BadInputError naming the first) unless
     `overwrite`; other files in `output` are left alone.
     """
+    if not output.url:
+        raise BadInputError("the output path is empty; name a directory (new or existing)")
     kind = output.kind()
     created = kind is None
     if kind == "directory":
@@ -112,8 +114,6 @@ def _check_output_directory(output: Directory, names: Sequence[str], overwrite: 
     if output.kind() == "file":
         raise BadInputError(f"{output.url}: is a file, and the output is a directory of "
                             "files; name a directory (new or existing)")
-    if not output.url:
-        raise BadInputError("the output path is empty; name a directory (new or existing)")
     folders = [name for name in names if output.kind(name) == "directory"]
     if folders:  # a move onto a folder would put the file inside it
         raise BadInputError(f"{output.url_of(folders[0])}: is a folder, where an output file "

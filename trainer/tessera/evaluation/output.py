@@ -14,7 +14,7 @@ import os
 from ..config import ConfigSchema
 from ..errors import BadInputError
 from ..publishing import check_output_file
-from ..storage.fs import Directory
+from ..storage.fs import Directory, place_of
 
 
 def check_metrics_output(url: str, config: ConfigSchema) -> None:
@@ -34,10 +34,7 @@ def _inside(url: str, folder: str) -> bool:
     with links resolved, URLs as written."""
     if ("://" in url) != ("://" in folder):
         return False
-    if "://" in url:
-        url, folder = url.rstrip("/"), folder.rstrip("/")
-    else:
-        url, folder = os.path.realpath(url), os.path.realpath(folder)
+    url, folder = place_of(url), place_of(folder)
     return url == folder or url.startswith(folder.rstrip("/") + "/")
 
 

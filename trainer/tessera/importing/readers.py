@@ -114,15 +114,16 @@ def _open_input(url: str, storage_options: Mapping[str, Any]) -> Iterator[tuple[
     the bytes read map to it (uncompressed)."""
     opener = fsspec.open(url, "rb", compression="infer", **storage_options)
     try:
-        kind = opener.fs.info(opener.path).get("type")
+        info = opener.fs.info(opener.path)
     except FileNotFoundError as error:
         raise BadInputError(f"{url}: input file not found; fix the path") from error
+    kind = info.get("type")
     if kind != "file":  # a folder, or a pipe or device, which the readers cannot seek in
         raise BadInputError(f"{url}: is not a regular file ({kind or 'of no known kind'}); "
                             "name an edge list file (save a stream to a file first)")
     try:
         file = opener.open()
-        size = None if opener.compression else opener.fs.size(opener.path)
+        size = None if opener.compression else info.get("size")
     except (FileNotFoundError, IsADirectoryError) as error:
         raise BadInputError(f"{url}: input file not found; fix the path") from error
     with file:

@@ -216,8 +216,8 @@ class CheckpointStore:
                                  version: int) -> Averaged[np.ndarray] | None:
         """The running mean of weight averaging that a partition's file of `version` holds
         (None: it holds none)."""
-        with self._averaged(embeddings_file(entity_type, part, version), version) as (
-                file, group, url):
+        with self._opened(embeddings_file(entity_type, part, version), version) as (file, url):
+            group = file.get(AVERAGED_GROUP)
             if group is None:
                 return None
             dataset = _embeddings_dataset(group, url, *file[EMBEDDINGS_DATASET].shape)
@@ -225,13 +225,17 @@ class CheckpointStore:
             _check_crc32(dataset, url, _read_in_slices(dataset, values), "the averaged embeddings")
             return Averaged(values, *_averaging_counts(group, url))
 
+    def read_embeddings_state(self, entity_type: str, part: int, version: int) -> bytes | None:
+        """One partition's optimizer state, as its bytes (None: not saved), its embeddings
+        left unread."""
+        with self._opened(embeddings_file(entity_type, part, version), version) as (file, url):
+            state: bytes | None = _read_optimizer_state(file, url, None)
+            return state
+
     def embeddings_rows(self, entity_type: str, part: int, version: int | None = None) -> int:
         """How many entities one partition's embeddings have (one row each)."""
         version = self._resolve(version)
-        name = embeddings_file(entity_type, part, version)
-        url = self.directory.url_of(name)
-        with self._reading(name, version) as file:
-            check_format_version(file, url)
+        with self._opened(embeddings_file(entity_type, part, version), version) as (file, url):
             return int(_embeddings_dataset(file, url, None, None).shape[0])
 
     @overload
@@ -331,19 +335,19 @@ class CheckpointStore:
     def read_averaged_model(self, version: int) -> Averaged[ModelParameters] | None:
         """The running mean of weight averaging that the model file of `version` holds (None:
         it holds none)."""
-        with self._averaged(model_file(version), version) as (_, group, url):
+        with self._opened(model_file(version), version) as (file, url):
+            group = file.get(AVERAGED_GROUP)
             if group is None:
                 return None
             return Averaged(_read_parameters(group, url), *_averaging_counts(group, url))
 
     @contextlib.contextmanager
-    def _averaged(self, name: str, version: int
-                  ) -> Iterator[tuple[h5py.File, h5py.Group | None, str]]:
-        """A file of `version`, its `averaged` group (None: it has none) and its URL."""
+    def _opened(self, name: str, version: int) -> Iterator[tuple[h5py.File, str]]:
+        """A file of `version`, its format version checked, and its URL."""
         url = self.directory.url_of(name)
         with self._reading(name, version) as file:
             check_format_version(file, url)
-            yield file, file.get(AVERAGED_GROUP), url
+            yield file, url
 
     def read_model(self, version: int | None = None) -> tuple[ModelParameters, bytes | None]:
         """The parameters by public name, with their state-dict keys, and the optimizer state

@@ -340,6 +340,12 @@ def _call_once(location: str, operation: Callable[[], T]) -> T:
         return operation()
 
 
+def place_of(url: str) -> str:
+    """What `url` names, however spelled: a local path with its links, `..` and trailing
+    slash resolved; a URL as written, without a trailing slash."""
+    return url.rstrip("/") if "://" in url else os.path.realpath(url)
+
+
 def _is_s3(url: str) -> bool:
     return url.split("://", 1)[0] in ("s3", "s3a")
 

@@ -37,8 +37,8 @@ def finish_averaging(store: CheckpointStore, config: ConfigSchema, version: int,
             raise FormatError(store.directory.url_of(embeddings_file(entity, part, version)),
                               "lacks the weight-averaging means that the model file of its "
                               "version holds; restore the file, or train again from epoch_N/")
-        _, row_state = store.read_embeddings(entity, part, version)
-        store.write_embeddings(finished, entity, part, averaged.values, row_state, metadata)
+        store.write_embeddings(finished, entity, part, averaged.values,
+                               store.read_embeddings_state(entity, part, version), metadata)
     _, model_state = store.read_model(version)
     store.write_model(finished, averaged_model.values, model_state, metadata)
     store.commit(finished, config.to_dict())

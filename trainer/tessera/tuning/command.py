@@ -8,7 +8,6 @@ interruption finishes the study, and a larger `--trials` adds trials to it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from ..data.graph_data import check_flag_edge_sets
 from ..errors import ConfigError
 from ..log_records import EPOCH, MRR
 from ..progress import Reporter, Task
-from ..storage.fs import Directory
+from ..storage.fs import Directory, place_of
 from ..storage.lease import CheckpointLease
 from ..tracking import Point, is_tracked, study_tracking, tune_tracking_url
 from .space import SearchSpace, load_space
@@ -100,22 +99,14 @@ def check_judging(config: ConfigSchema, options: TuneOptions) -> Judging:
         raise ConfigError("--valid", "no validation edge set: give --valid EDGE_PATH, an "
                                      "imported edge set that training does not read (the "
                                      "valid split); trials are judged on it, never on test")
-    if any(_same_place(options.valid_path, path) for path in config.edge_paths):
+    # However spelled (a trailing slash, `..`, a relative path, a link on a local disk).
+    if place_of(options.valid_path) in map(place_of, config.edge_paths):
         raise ConfigError("--valid", f"{options.valid_path} is also in edge_paths, which "
                                      "every trial trains on; train on the training split "
                                      "alone (-p edge_paths=...)")
     check_flag_edge_sets(config, "--valid", [options.valid_path])
     check_flag_edge_sets(config, "--filter-paths", list(options.filter_paths))
     return Judging(options.valid_path, tuple(options.filter_paths), options.valid_every)
-
-
-def _same_place(first: str, second: str) -> bool:
-    """Whether two edge paths name one folder, however spelled (a trailing slash, `..`, a
-    relative path or a symbolic link on a local disk)."""
-    first_dir, second_dir = Directory(first), Directory(second)
-    if first_dir.is_local and second_dir.is_local:
-        return os.path.realpath(first_dir.root) == os.path.realpath(second_dir.root)
-    return first_dir.url == second_dir.url
 
 
 def check_budget(options: TuneOptions) -> None:
