@@ -13,9 +13,13 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def scrape(url: str, timeout: float = 5.0) -> Samples | None:
     """Every sample at `url`, keyed by (name, sorted labels); None if nothing answers (or
-    the server ends mid-answer: a process exiting while it was scraped)."""
+    the server ends mid-answer: a process exiting while it was scraped). prometheus_client
+    always sends a Content-Length, so an answer without one was cut short after its status
+    line, and reads as an empty page though it is none."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
+            if response.headers.get("Content-Length") is None:
+                return None
             text = response.read().decode()
     except (urllib.error.URLError, ConnectionError, TimeoutError, http.client.IncompleteRead):
         return None
