@@ -519,6 +519,23 @@ ROWS: dict[str, BadInput] = {
         (*EVAL, "-p", "checkpoint_path=s3://no-such-bucket/ckpt", "-p",
          "storage_options={key: '{key}', secret: '{secret}', client_kwargs: "
          "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "no-such-bucket"),
+    "S3 storage option unknown": BadInput(
+        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
+         "storage_options={key: '{key}', secret: '{secret}', bogus_option: 1, client_kwargs: "
+         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "bogus_option"),
+    "S3 endpoint_url not a URL": BadInput(
+        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
+         "storage_options={key: '{key}', secret: '{secret}', client_kwargs: "
+         "{endpoint_url: 'not a url', region_name: eu-west-1}}"), "not a url"),
+    "S3 client option of a wrong type": BadInput(
+        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
+         "storage_options={key: '{key}', secret: '{secret}', config_kwargs: {retries: often}, "
+         "client_kwargs: {endpoint_url: '{endpoint}', region_name: eu-west-1}}"),
+        "storage_options"),
+    "FTP server refusing": BadInput(
+        (*EVAL, "-p", "checkpoint_path=ftp://127.0.0.1:9/ckpt", "-p",
+         "storage_retry_timeout=0"), "ftp://127.0.0.1:9",
+        exit_code=75),
     "negative storage retry budget": BadInput((*CHECK, "-p", "storage_retry_timeout=-1"),
                                               "storage_retry_timeout"),
     "header row with an unknown relation": BadInput(

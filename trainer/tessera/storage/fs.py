@@ -29,7 +29,7 @@ from typing import IO, Any, Protocol, TypeVar, cast
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from ..errors import BadInputError, FormatError
+from ..errors import BadInputError, FormatError, TesseraError
 from ..metrics import STORAGE_READ_BYTES, STORAGE_WRITTEN_BYTES
 from ..os_errors import local_errors_named
 from ..processes import process_is_running
@@ -67,18 +67,30 @@ class Directory:
         self.storage_options = dict(storage_options or {})
         self.retry_timeout = retry_timeout
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(
-                self.url, **_filesystem_options(self.url, self.storage_options))
+            self.fs, self.root = self._call(self.url, self._open_filesystem)
         except ImportError as error:  # a known scheme whose package is not installed
             raise BadInputError(f"{self.url}: {error}; or name a path of another kind "
                                 "(local, s3://)") from None
-        except (ValueError, TypeError) as error:  # an unknown scheme, or options it refuses
+        except TesseraError:
+            raise
+        except Exception as error:  # an unknown scheme, or options its backend refuses
             raise BadInputError(f"{self.url}: cannot be opened ({type(error).__name__}: "
                                 f"{error}); check its scheme (local paths, s3://, gs://...) "
                                 "and storage_options") from None
         self.root = self.root.rstrip("/") if self.root != "/" else self.root
         if _is_s3(self.url):
             self.fs.retries = 1  # s3fs's own loop; see _filesystem_options
+
+    def _open_filesystem(self) -> tuple[Any, str]:
+        """fsspec's filesystem and path for the URL. An S3 client is made here rather than
+        at the first request, so that options it refuses are found before any work starts
+        (making it sends no request); FTP and the like connect on creation, and are retried
+        as any call is."""
+        fs, root = fsspec.core.url_to_fs(
+            self.url, **_filesystem_options(self.url, self.storage_options))
+        if _is_s3(self.url):
+            fs.connect()
+        return fs, root
 
     @classmethod
     def from_config(cls, url: str, config: StorageSettings) -> Directory:
