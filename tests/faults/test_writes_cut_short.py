@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from support.planted import PlantedGraph, write_planted_graph
 
@@ -87,4 +88,34 @@ def test_an_export_cut_short_publishes_nothing(graph: PlantedGraph, config_path:
     run = tessera("export", str(config_path), str(output), "--format", fmt, "--quiet",
                   limit=EXPORT_LIMIT_BYTES)
     assert_one_line_naming(run, str(output))
+    assert ".tessera-staging-" not in run.stderr, run.stderr  # names the file it would be
     assert not any(path.is_file() for path in output.rglob("*")), list(output.rglob("*"))
+
+
+
+@pytest.fixture(scope="module")
+def edge_list(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """20,000 edges as TSV: 240 kB of spilled ids (12 bytes an edge), a bucket file of
+    about twice that."""
+    path = tmp_path_factory.mktemp("edge-list") / "edges.tsv"
+    rows = np.random.default_rng(0).integers(0, 5000, size=(20_000, 2))
+    path.write_text("".join(f"n{lhs}\tr\tn{rhs}\n" for lhs, rhs in rows))
+    return path
+
+
+@pytest.mark.parametrize(("limit", "named"), [
+    (100_000, "(the import's temporary edge ids; TMPDIR names another folder)"),
+    (300_000, "edges/edges_0_0.h5")])
+def test_an_import_cut_short_publishes_nothing(edge_list: Path, tmp_path: Path, limit: int,
+                                               named: str) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "entity_path": str(tmp_path / "entities"), "edge_paths": [str(tmp_path / "edges")],
+        "checkpoint_path": str(tmp_path / "checkpoints"), "dimension": 8,
+        "entities": {"n": {"num_partitions": 1}},
+        "relations": [{"name": "r", "lhs": "n", "rhs": "n"}]}))
+    run = tessera("import", str(config), str(edge_list), "--quiet", limit=limit)
+    assert_one_line_naming(run, named)
+    assert ".tessera-" not in run.stderr, run.stderr  # the file it would be, not the staged one
+    published = [path for path in tmp_path.rglob("*") if path.is_file() and path != config]
+    assert not published, published

@@ -50,7 +50,7 @@ def staged_directory(output: Directory, names: Sequence[str], *,
         _finish_killed_exports(output)
     _check_output_directory(output, names, overwrite)
     staging_name = f"{_STAGING_PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex}.tmp"
-    staging = output.subdirectory(staging_name)
+    staging = output.subdirectory(staging_name, shown_as=output.url)
     try:
         if staging.is_local:  # object stores have no folders to make
             with _bad_place_is_bad_input(output.url):  # no such folder can be made there

@@ -109,8 +109,8 @@ def staging_folder(entity_dir: Directory, target: Directory) -> Directory:
     """Where files bound for `target` are staged: one folder of it, the dictionary's in
     entity_path (an edge path may be entity_path itself)."""
     if location(target) == location(entity_dir):
-        return entity_dir.subdirectory(STAGING_FOLDER)
-    return target.subdirectory(BUCKET_STAGING_FOLDER)
+        return entity_dir.subdirectory(STAGING_FOLDER, shown_as=target.url)
+    return target.subdirectory(BUCKET_STAGING_FOLDER, shown_as=target.url)
 
 
 def location(directory: Directory) -> str:

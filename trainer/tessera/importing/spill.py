@@ -19,6 +19,8 @@ from types import TracebackType
 
 import numpy as np
 
+from ..os_errors import local_errors_named
+
 ID_DTYPE = np.dtype("<i4")  # 4 bytes an id, as the offsets in `blocks` assume
 
 
@@ -38,8 +40,12 @@ class EdgeIdSpill:
     """Appends blocks of edge ids per input, then reads each input's blocks back in order."""
 
     def __init__(self, directory: str | None = None) -> None:
-        self._file = tempfile.TemporaryFile(prefix="tessera-import-", suffix=".ids",
-                                            dir=directory)
+        folder = directory or tempfile.gettempdir()
+        # A full disk names the folder, and how to choose another: the file itself has no name.
+        self._where = f"{folder} (the import's temporary edge ids; TMPDIR names another folder)"
+        with local_errors_named(self._where):
+            self._file = tempfile.TemporaryFile(prefix="tessera-import-", suffix=".ids",
+                                                dir=folder)
         self._blocks: list[tuple[int, int, int]] = []  # (input index, byte offset, edges)
 
     def __enter__(self) -> EdgeIdSpill:
@@ -60,15 +66,17 @@ class EdgeIdSpill:
 
     def append(self, input_index: int, edges: EdgeIds) -> None:
         self._blocks.append((input_index, self._file.tell(), len(edges)))
-        for ids in (edges.rel, edges.lhs, edges.rhs):
-            self._file.write(np.ascontiguousarray(ids, dtype=ID_DTYPE).data)  # no extra copy
+        with local_errors_named(self._where):
+            for ids in (edges.rel, edges.lhs, edges.rhs):
+                self._file.write(np.ascontiguousarray(ids, dtype=ID_DTYPE).data)  # no copy
 
     def num_edges(self, input_index: int) -> int:
         return sum(count for index, _, count in self._blocks if index == input_index)
 
     def blocks(self, input_index: int, max_edges: int | None = None) -> Iterator[EdgeIds]:
         """The edges appended for one input, in order, in blocks of at most `max_edges`."""
-        self._file.flush()
+        with local_errors_named(self._where):
+            self._file.flush()
         handle = self._file.fileno()
         for index, offset, count in self._blocks:
             if index != input_index:

@@ -62,8 +62,9 @@ class Directory:
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, *,
-                 retry_timeout: float = 0.0) -> None:
+                 retry_timeout: float = 0.0, shown_as: str | None = None) -> None:
         self.url = url.rstrip("/") or url
+        self.shown_as = shown_as or self.url  # what messages call its files (`url_of`)
         self.storage_options = dict(storage_options or {})
         self.retry_timeout = retry_timeout
         try:
@@ -109,12 +110,13 @@ class Directory:
         return posixpath.join(self.root, name)
 
     def url_of(self, name: str) -> str:
-        """The user-facing URL of a file, for messages."""
-        return f"{self.url}/{name}"
+        """The user-facing URL of a file, for messages: where it will be, for a folder
+        that stands in for another (`shown_as`: an export's staging folder)."""
+        return f"{self.shown_as}/{name}"
 
-    def subdirectory(self, name: str) -> Directory:
-        return Directory(self.url_of(name), self.storage_options,
-                         retry_timeout=self.retry_timeout)
+    def subdirectory(self, name: str, *, shown_as: str | None = None) -> Directory:
+        return Directory(f"{self.url}/{name}", self.storage_options,
+                         retry_timeout=self.retry_timeout, shown_as=shown_as)
 
     def exists(self, name: str) -> bool:
         return self._call(self.url_of(name), lambda: bool(self.fs.exists(self.path(name))))
