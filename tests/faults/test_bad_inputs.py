@@ -53,6 +53,16 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield root
 
 
+def on_s3(bucket: str = "tessera-test", key: str = "'{key}'", secret: str = "'{secret}'",
+          endpoint: str = "{endpoint}", **options: str) -> tuple[str, ...]:
+    """`-p` overrides putting the checkpoint in a bucket of the test S3 server ({key},
+    {secret}, {endpoint}: its credentials and URL), with `options` added to storage_options."""
+    extra = "".join(f"{name}: {value}, " for name, value in options.items())
+    return ("-p", f"checkpoint_path=s3://{bucket}/bad-inputs", "-p",
+            f"storage_options={{key: {key}, secret: {secret}, {extra}client_kwargs: "
+            f"{{endpoint_url: '{endpoint}', region_name: eu-west-1}}}}")
+
+
 # Ways to break the workspace. Each returns a function of the workspace root.
 
 Prepare = Callable[[Path], None]
@@ -508,34 +518,18 @@ ROWS: dict[str, BadInput] = {
     "filter path missing": BadInput((*FILTERED, "--filter-paths", "edges/none"), "edges/none"),
     # Object storage: credentials and buckets ({endpoint}: the test S3 server's URL).
     "S3 key refused": BadInput(
-        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
-         "storage_options={key: nobody, secret: wrong-secret, client_kwargs: "
-         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "tessera-test"),
-    "S3 secret refused": BadInput(
-        (*EXPORT, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
-         "storage_options={key: '{key}', secret: wrong-secret, client_kwargs: "
-         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "tessera-test"),
+        (*EVAL, *on_s3(key="nobody", secret="wrong-secret")), "tessera-test"),
+    "S3 secret refused": BadInput((*EXPORT, *on_s3(secret="wrong-secret")), "tessera-test"),
     "S3 bucket missing": BadInput(
-        (*EVAL, "-p", "checkpoint_path=s3://no-such-bucket/ckpt", "-p",
-         "storage_options={key: '{key}', secret: '{secret}', client_kwargs: "
-         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "no-such-bucket"),
+        (*EVAL, *on_s3(bucket="no-such-bucket")), "no-such-bucket"),
     "S3 storage option unknown": BadInput(
-        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
-         "storage_options={key: '{key}', secret: '{secret}', bogus_option: 1, client_kwargs: "
-         "{endpoint_url: '{endpoint}', region_name: eu-west-1}}"), "bogus_option"),
-    "S3 endpoint_url not a URL": BadInput(
-        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
-         "storage_options={key: '{key}', secret: '{secret}', client_kwargs: "
-         "{endpoint_url: 'not a url', region_name: eu-west-1}}"), "not a url"),
+        (*EVAL, *on_s3(bogus_option="1")), "bogus_option"),
+    "S3 endpoint_url not a URL": BadInput((*EVAL, *on_s3(endpoint="not a url")), "not a url"),
     "S3 client option of a wrong type": BadInput(
-        (*EVAL, "-p", "checkpoint_path=s3://tessera-test/bad-inputs", "-p",
-         "storage_options={key: '{key}', secret: '{secret}', config_kwargs: {retries: often}, "
-         "client_kwargs: {endpoint_url: '{endpoint}', region_name: eu-west-1}}"),
-        "storage_options"),
+        (*EVAL, *on_s3(config_kwargs="{retries: often}")), "storage_options"),
     "FTP server refusing": BadInput(
         (*EVAL, "-p", "checkpoint_path=ftp://127.0.0.1:9/ckpt", "-p",
-         "storage_retry_timeout=0"), "ftp://127.0.0.1:9",
-        exit_code=75),
+         "storage_retry_timeout=0"), "ftp://127.0.0.1:9", exit_code=75),
     "negative storage retry budget": BadInput((*CHECK, "-p", "storage_retry_timeout=-1"),
                                               "storage_retry_timeout"),
     "header row with an unknown relation": BadInput(
