@@ -53,12 +53,7 @@ class Reporter:
 
     def event(self, message: str, **fields: Any) -> None:
         """One line for something that happened (`imported 10 edges`)."""
-        record = event_record(message, **fields)
-        self._notify(record)
-        if self.mode == "quiet":
-            return
-        if self.mode == "json":
-            self._write_json(record)
+        if self._handed_on(event_record(message, **fields)):
             return
         if message in self.fields_printed_as_result:
             fields = {}
@@ -71,17 +66,20 @@ class Reporter:
 
     def summary(self, title: str, rows: dict[str, Any]) -> None:
         """A final summary: an aligned table on a terminal, one JSON record otherwise."""
-        record = event_record(title, **rows)
-        self._notify(record)
-        if self.mode == "quiet":
-            return
-        if self.mode == "json":
-            self._write_json(record)
+        if self._handed_on(event_record(title, **rows)):
             return
         width = max(map(len, rows), default=0)
         lines = [title] + [f"  {key:<{width}}  {_human_field(key, value)}"
                            for key, value in rows.items()]
         self._write_line("\n".join(lines))
+
+    def _handed_on(self, record: dict[str, Any]) -> bool:
+        """Give `record` to the listeners, and print it as JSON in that mode; whether that
+        is all (quiet or JSON: no text line follows)."""
+        self._notify(record)
+        if self.mode == "json":
+            self._write_json(record)
+        return self.mode in ("quiet", "json")
 
     @contextmanager
     def task(self, name: str, total: float | None = None, unit: str = "items") -> Iterator[Task]:
