@@ -7,13 +7,17 @@ half-written: once that crashed the process (a segmentation fault in HDF5 at exi
 a memory-mapped .npy). Here each command runs as its own process under a file size limit
 (RLIMIT_FSIZE, with SIGXFSZ ignored), so that writing past the limit fails with EFBIG, as a
 full disk fails with ENOSPC, at the first write beyond it: exit 65 ("file too large"), one
-line naming the file, no traceback, and the checkpoint as it was.
+line naming the file, no traceback, and the checkpoint as it was. The tables that Hogwild's
+worker processes share live in /dev/shm, which such a limit, or a tmpfs smaller than a table
+(as Docker's 64 MB default can be), cuts short too.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +27,7 @@ import numpy as np
 import pytest
 from support.planted import PlantedGraph, write_planted_graph
 
-from tessera.errors import EXIT_BAD_INPUT
+from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
 
 DIMENSION = 64
 NUM_ENTITIES = 400
@@ -51,15 +55,18 @@ def config_path(graph: PlantedGraph) -> Path:
     return path
 
 
-def tessera(*args: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
-    """Run a command; with `limit`, no file it writes may grow beyond that many bytes."""
+def tessera(*args: str, limit: int | None = None,
+            prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run a command (after `prefix`); with `limit`, no file it writes may grow beyond that
+    many bytes. Hogwild's workers are processes, which share the tables in /dev/shm."""
     def limit_file_size() -> None:
         assert limit is not None
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    return subprocess.run([sys.executable, "-m", "tessera", *args], capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S,
+    return subprocess.run([*prefix, sys.executable, "-m", "tessera", *args],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          env={**os.environ, "TESSERA_HOGWILD": "processes"},
                           preexec_fn=None if limit is None else limit_file_size)
 
 
@@ -79,6 +86,31 @@ def test_a_checkpoint_cut_short_keeps_the_last_one(graph: PlantedGraph,
     assert (checkpoints / "checkpoint_version.txt").read_text().strip() == "1"
     evaluated = tessera("eval", str(config_path), "--quiet")
     assert evaluated.returncode == 0, evaluated.stderr
+
+
+def test_shared_memory_too_small_for_a_table_is_one_line(graph: PlantedGraph,
+                                                         config_path: Path) -> None:
+    run = tessera("train", str(config_path), "-p", f"checkpoint_path={graph.root / 'fresh'}",
+                  "--quiet", limit=TABLE_BYTES // 2)
+    assert_one_line_naming(run, "shared memory (/dev/shm)")
+    assert "--shm-size" in run.stderr, run.stderr
+
+
+def test_a_full_shared_memory_is_one_line_and_worth_a_retry(graph: PlantedGraph,
+                                                            config_path: Path) -> None:
+    """/dev/shm as Docker gives it, but smaller than one table: a tmpfs of 64 kB, mounted
+    in a mount namespace of the command's own."""
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-m", "mount", "-t", "tmpfs", "tmpfs", "/mnt"]).returncode != 0:
+        pytest.skip("no mount namespace here (unshare -m and mount need root)")
+    mounted = ("unshare", "-m", "sh", "-c",
+               'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$@"', "sh")
+    run = tessera("train", str(config_path), "-p", f"checkpoint_path={graph.root / 'full'}",
+                  "--quiet", prefix=mounted)
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == EXIT_TRANSIENT, run.stderr
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "shared memory (/dev/shm)" in lines[0] and "no space left" in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("fmt", ["h5", "npy"])

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from .errors import EXIT_BAD_INPUT, BadInputError, ConfigError, TesseraError, TransientError
+from .errors import BadInputError, ConfigError, TesseraError, TransientError
 from .log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EVALUATION_FINISHED
 from .openmp_waits import shorten_spinning
-from .os_errors import classify_local
+from .os_errors import classify_local, shared_memory_error
 from .progress import Reporter, report_logs
 from .stop_signals import Terminated, install_stop_handlers
 from .training.allocator import one_heap_for_all_threads
@@ -59,12 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_error(args, named)
         return named.exit_code
     except (MemoryError, RuntimeError) as error:
-        if not _out_of_memory(error):
+        memory = _memory_error(error)
+        if memory is None:
             raise
-        _print_error(args, BadInputError(
-            f"out of memory ({_allocation(error)}); lower dimension, "
-            "batch_size, workers or partition_cache_gb, or run on a machine with more memory"))
-        return EXIT_BAD_INPUT
+        _print_error(args, memory)
+        return memory.exit_code
     except KeyboardInterrupt:
         print(f"tessera {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -75,9 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
 
 
-def _out_of_memory(error: BaseException) -> bool:
-    """Python's MemoryError, or torch's CPU allocator refusing a tensor (a RuntimeError)."""
-    return isinstance(error, MemoryError) or "can't allocate memory" in str(error)
+def _memory_error(error: BaseException) -> TesseraError | None:
+    """The one-line error for memory that ran out: the process's own (Python's MemoryError,
+    torch's CPU allocator refusing a tensor) or the shared memory of Hogwild's workers."""
+    if isinstance(error, MemoryError) or "can't allocate memory" in str(error):
+        return BadInputError(
+            f"out of memory ({_allocation(error)}); lower dimension, "
+            "batch_size, workers or partition_cache_gb, or run on a machine with more memory")
+    return shared_memory_error(error)
 
 
 def _allocation(error: BaseException) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import re
 from collections.abc import Iterator
 
 from .errors import BadInputError, TesseraError, TransientError
@@ -78,3 +79,23 @@ def _filename(error: OSError) -> str | None:
     if isinstance(name, bytes):
         return name.decode(errors="replace")
     return None if name is None else str(name)
+
+
+# torch's words when a tensor cannot be made in shared memory (`/dev/shm`, where Hogwild
+# worker processes share the tables), ending with the errno: "unable to allocate shared
+# memory(shm) for file </torch_...>: No space left on device (28)".
+_SHARED_MEMORY_FAILURE = re.compile(r"(shared memory|</torch_\d+_\d+).*: ([^:]+) \((\d+)\)$")
+
+
+def shared_memory_error(error: BaseException) -> TesseraError | None:
+    """The Tessera error for torch failing to make a tensor in shared memory (a full or
+    small /dev/shm: Docker's default is 64 MB); None for any other error."""
+    found = _SHARED_MEMORY_FAILURE.search(str(error).strip())
+    if not isinstance(error, RuntimeError) or found is None:
+        return None
+    reason, number = found.group(2), int(found.group(3))
+    family = TransientError if number in TRANSIENT else BadInputError
+    return family(f"shared memory (/dev/shm), where Hogwild worker processes share the tables: "
+                  f"{reason.lower()}; give it more room (docker run --shm-size; on Kubernetes a "
+                  "memory-backed emptyDir at /dev/shm, as the operator's pods have) or lower "
+                  "dimension, then retry")
