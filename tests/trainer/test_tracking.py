@@ -191,6 +191,18 @@ def test_only_the_committing_trainer_tracks(tmp_path: Path,
         assert reporter.listeners == []
 
 
+def test_writers_of_one_log_dir_opened_within_a_second_keep_each_others_points(
+        tmp_path: Path) -> None:
+    """A continued study or a resumed run may open its writer within the second of the one
+    before: both files stay, and read back in the order written (steps 0 then 1)."""
+    for step in (0, 1):
+        files = TensorBoardFiles(Directory(str(tmp_path)), summary_writer_class())
+        files.write([("tune/best_valid_mrr", 0.5 + step, step)])
+        files.close()
+    assert len(list(tmp_path.iterdir())) == 2
+    assert scalars(tmp_path)["tune/best_valid_mrr"] == [(0, 0.5), (1, 1.5)]
+
+
 def test_figures_that_are_not_numbers_are_left_out() -> None:
     """A held-out set too small to rank has NaN metrics: no point rather than a NaN one."""
     line = {"stats": {"count": 10, "metrics": {"loss": 2.0, "reg": 0.0}}, "seconds": 0.5,

@@ -216,6 +216,14 @@ class CurveTracker:
         self.writer.close(status)
 
 
+def _event_file_suffix() -> str:
+    """tensorboardX names an event file by the second and the host alone: two writers of one
+    log dir opened within a second (a continued study, a resumed run) would share a name,
+    and the later would truncate the earlier's file. Nanoseconds keep the names apart, and
+    sorted in the order the files were opened, the order TensorBoard reads them in."""
+    return f".{time.time_ns()}.{os.getpid()}"
+
+
 class TensorBoardFiles:
     """Writes points as TensorBoard scalars into a log dir, local or uploaded (see the
     module)."""
@@ -261,7 +269,8 @@ class TensorBoardFiles:
         if self._writer is None:
             self._local = self.log_dir.root if self.log_dir.is_local \
                 else tempfile.mkdtemp(prefix="tessera-tensorboard-")
-            self._writer = self.writer_class(self._local, flush_secs=FLUSH_SECONDS)
+            self._writer = self.writer_class(self._local, flush_secs=FLUSH_SECONDS,
+                                             filename_suffix=_event_file_suffix())
         return self._writer
 
     def _upload(self) -> None:
