@@ -5,6 +5,10 @@ is never read."""
 from __future__ import annotations
 
 import json
+import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ from support.planted import write_planted_graph
 
 from tessera.cli import main
 from tessera.config import parse_config
+from tessera.errors import EXIT_TRANSIENT
 from tessera.mlflow_runs import PARENT_RUN_TAG
 from tessera.progress import Reporter
 from tessera.storage.checkpoint import CheckpointStore
@@ -293,3 +298,29 @@ def test_mlflow_has_a_run_a_trial_with_its_values_and_outcome(
                        in client.get_metric_history(run.info.run_id, "valid/mrr"))
         assert curve == [(step, pytest.approx(value)) for step, value in valid_curve(trial)]
         assert "epoch/loss" in run.data.metrics
+
+
+def test_a_study_database_on_a_full_disk_is_one_line_and_the_study_goes_on(
+        workspace: Path) -> None:
+    """The study's database cannot be written (a file size limit below its size fails its
+    writes as a full disk would): exit 75 naming it; the same command, with room again,
+    finishes the study."""
+    assert tune(workspace, "--trials", "1") == 0
+    database = workspace / "checkpoints" / "tune" / "study.db"
+    limit = 16 * 1024  # of about 110 kB: SQLite writes beyond this offset fail
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    command = [sys.executable, "-m", "tessera", "tune", str(workspace / "config.yaml"), "-p",
+               f"edge_paths={workspace / 'train'}", "--valid", str(workspace / "test"),
+               "--space", str(workspace / "space.yaml"), "--trials", "3", "--quiet"]
+    full = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit_file_size)
+    lines = full.stderr.strip().splitlines()
+    assert full.returncode == EXIT_TRANSIENT, full.stderr
+    assert len(lines) == 1 and str(database) in lines[0], full.stderr
+    assert tune(workspace, "--trials", "3") == 0
+    finished = [t for t in study_of(workspace).trials if t.state == TrialState.COMPLETE]
+    assert len(finished) == 3

@@ -27,6 +27,7 @@ from ..storage.lease import CheckpointLease
 from ..tracking import Point, is_tracked, study_tracking, tune_tracking_url
 from .space import SearchSpace, load_space
 from .study import (
+    STUDY_FILE,
     TuneSetup,
     best_trial,
     check_space_continues,
@@ -34,6 +35,7 @@ from .study import (
     keep_only_best,
     objective,
     open_study,
+    study_database_errors,
     valid_stderr,
     write_chosen_configs,
 )
@@ -88,7 +90,8 @@ def tune(config_location: str, overrides: list[str], options: TuneOptions,
     lease = StudyLease(Directory(str(tune_dir)), "tessera tune")
     lease.acquire()  # not renewed: on one machine its holder is known alive by its pid
     try:
-        return _run(config, raw_config, space, judging, tune_dir, options, reporter)
+        with study_database_errors(tune_dir / STUDY_FILE):
+            return _run(config, raw_config, space, judging, tune_dir, options, reporter)
     finally:
         lease.release()
 

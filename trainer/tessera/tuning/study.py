@@ -11,14 +11,16 @@ neither file's training resumes the other's checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 import yaml
 from optuna.distributions import (
     BaseDistribution,
@@ -30,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigSchema, parse_config
 from ..config.redaction import redacted, without_url_credentials
-from ..errors import BadInputError, ConfigError, FormatError
+from ..errors import BadInputError, ConfigError, FormatError, TransientError
 from ..log_records import is_number
 from ..storage.fs import Directory
 from ..tracking import CurveWriter, trial_tracking_path
@@ -82,6 +84,35 @@ def open_study(tune_dir: Path, seed: int, startup_trials: int,
 
 # What every SQLite database file starts with (an empty file is a new database too).
 _SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+@contextlib.contextmanager
+def study_database_errors(path: Path) -> Iterator[None]:
+    """A study database that cannot be written (a full disk, a read-only one) as one line
+    naming it; SQLite keeps it whole, so the same command continues the study later."""
+    try:
+        yield
+    except (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError) as error:
+        failure = next((link for link in _causes(error)
+                        if isinstance(link, sqlalchemy.exc.OperationalError)), None)
+        if failure is None:  # Optuna's wrapper of another failure: a bug, not the disk
+            raise
+        reason = str(failure.orig or failure).strip()
+        if "readonly" in reason or "read-only" in reason:
+            raise BadInputError(f"{path}: the study's database cannot be written ({reason}); "
+                                "make it writable, or tune into another checkpoint_path"
+                                ) from None
+        raise TransientError(f"{path}: the study's database could not be written or read "
+                             f"({reason}; a full disk?); free some space, then run the same "
+                             "command: the study continues") from None
+
+
+def _causes(error: BaseException) -> Iterator[BaseException]:
+    """The error, then what raised it, as far as the chain goes."""
+    link: BaseException | None = error
+    while link is not None:
+        yield link
+        link = link.__cause__
 
 
 def check_study_file(path: Path) -> None:
