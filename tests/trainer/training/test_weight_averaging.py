@@ -18,6 +18,7 @@ from support.averaging import assert_holds_the_mean_of_its_last_epochs, store_of
 from support.planted import PlantedGraph, write_planted_graph
 
 from tessera.config import parse_config
+from tessera.model import weight_averaging
 from tessera.model.weight_averaging import first_averaged_epoch, window_of
 from tessera.progress import Reporter
 from tessera.training.coordinator import train
@@ -50,6 +51,14 @@ def test_the_last_version_holds_the_mean_of_the_last_epochs(graph: PlantedGraph,
     summary = train(config, Reporter("quiet"), devices=devices)
     assert_holds_the_mean_of_its_last_epochs(graph.root / name, AVERAGED_EPOCHS, 2)
     assert summary.checkpoint_version == store_of(graph.root / name).current_version()
+
+
+def test_means_folded_a_block_at_a_time_are_the_means(graph: PlantedGraph,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Blocks of 7 values: every table is many blocks, the last of them partial.
+    monkeypatch.setattr(weight_averaging, "FOLD_BLOCK", 7)
+    train(parse_config(averaged_config(graph, "blocks")), Reporter("quiet"))
+    assert_holds_the_mean_of_its_last_epochs(graph.root / "blocks", AVERAGED_EPOCHS, 2)
 
 
 def test_a_run_without_averaging_ends_with_its_last_checkpoint(graph: PlantedGraph) -> None:

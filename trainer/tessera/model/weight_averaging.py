@@ -96,6 +96,18 @@ def _carried_count(previous: Averaged[Any] | None, window: Window) -> int:
     return previous.count
 
 
+# Elements folded at a time: the temporaries stay a few MB, however large the table.
+FOLD_BLOCK = 1 << 20
+
+
 def _folded(mean: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:
-    """The mean of `count` checkpoints' values and one more's."""
-    return mean + (np.asarray(values, dtype=mean.dtype) - mean) / (count + 1)
+    """The mean of `count` checkpoints' values and one more's, folded into `mean` (read from
+    the previous version for this alone) a block at a time: no copy of a partition more."""
+    if not (mean.flags.c_contiguous and mean.flags.writeable):
+        mean = np.array(mean, order="C")
+    flat_mean = mean.reshape(-1)  # a view: the blocks are folded in place
+    flat_values = np.asarray(values).reshape(-1)
+    for start in range(0, flat_mean.size, FOLD_BLOCK):
+        block = flat_mean[start:start + FOLD_BLOCK]
+        block += (flat_values[start:start + FOLD_BLOCK].astype(mean.dtype) - block) / (count + 1)
+    return mean
