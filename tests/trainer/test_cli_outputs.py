@@ -10,7 +10,9 @@ config's relative paths point at the copy.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import h5py
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 
 from tessera.cli import main
-from tessera.errors import EXIT_BAD_INPUT
+from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
 
 CONFIG = {
     "entities": {"user": {"num_partitions": 1}, "item": {"num_partitions": 2}},
@@ -215,6 +217,42 @@ def test_eval_output_creates_its_folder(graph: Path, capsys: pytest.CaptureFixtu
     assert code == 0, err
     metrics = json.loads((graph / "results" / "run-1" / "metrics.json").read_text())
     assert metrics["mode"] == "raw" and metrics["count"] == 2 * 120
+
+
+def test_eval_output_into_a_pipe_is_written_into_it(graph: Path) -> None:
+    """A pipe (as /dev/stdout may be) is written into: renaming a file onto it, as a file is
+    published, would put a file in its place."""
+    os.mkfifo(graph / "pipe")
+    # Opened for reading first and without waiting, so that the command's open for writing
+    # does not wait either; the metrics fit in the pipe's buffer until they are read.
+    reader = os.open(graph / "pipe", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert main(["eval", "config.json", "--output", "pipe", "--quiet"]) == 0
+        written = os.read(reader, 1 << 20)
+    finally:
+        os.close(reader)
+    assert json.loads(written)["count"] == 2 * 120
+    assert stat.S_ISFIFO((graph / "pipe").lstat().st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_eval_output_onto_a_full_device_is_one_line_and_leaves_the_device(
+        graph: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    os.mknod(graph / "full", stat.S_IFCHR | 0o666, os.makedev(1, 7))  # /dev/full's numbers
+    code, err = run(capsys, "eval", "config.json", "--output", "full")
+    assert code == EXIT_TRANSIENT
+    assert_one_line_error(err, "full: no space left on device")
+    assert stat.S_ISCHR((graph / "full").lstat().st_mode)
+
+
+def test_eval_output_through_a_link_replaces_the_file_it_points_at(
+        graph: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (graph / "run-1.json").write_text("{}\n")
+    (graph / "latest.json").symlink_to("run-1.json")
+    code, err = run(capsys, "eval", "config.json", "--output", "latest.json")
+    assert code == 0, err
+    assert (graph / "latest.json").is_symlink()
+    assert json.loads((graph / "run-1.json").read_text())["count"] == 2 * 120
 
 
 @pytest.mark.parametrize(("output", "problem"), [

@@ -19,10 +19,12 @@ import json
 import os
 import posixpath
 import socket
+import stat
 import uuid
 from collections.abc import Iterator, Sequence
 
 from .errors import BadInputError, FormatError, TransientError
+from .os_errors import local_errors_named
 from .processes import process_is_running
 from .storage.fs import Directory, StorageSettings
 
@@ -174,10 +176,30 @@ def check_output_file(url: str, config: StorageSettings) -> None:
 
 
 def write_output_file(url: str, text: str, config: StorageSettings) -> None:
-    """Write a small result file atomically, creating its folder if needed."""
+    """Write a small result file atomically, creating its folder if needed.
+
+    A file is replaced by a rename, which would put a file in place of a device, a pipe or
+    a socket (as root, `--output /dev/null` would replace /dev/null): those are written into,
+    as a shell's `>` would. A link to a file keeps pointing at it: the file is replaced.
+    """
+    if "://" not in url:
+        if _is_special_file(url):
+            with local_errors_named(url), open(url, "w", encoding="utf-8") as file:
+                file.write(text)
+            return
+        url = os.path.realpath(url)
     folder, name = _split(url)
     with _bad_place_is_bad_input(url):
         Directory.from_config(folder, config).write_text(name, text)
+
+
+def _is_special_file(path: str) -> bool:
+    """Whether `path` (followed through links) is there, and neither a file nor a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _split(url: str) -> tuple[str, str]:
