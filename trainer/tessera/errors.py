@@ -7,6 +7,8 @@ purpose belongs to one of these two families.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 # sysexits.h values, so the codes mean something outside Tessera too.
 EXIT_OK = 0
 EXIT_BAD_INPUT = 65  # EX_DATAERR: the config or the data is wrong; retrying will not help
@@ -47,3 +49,14 @@ class TransientError(TesseraError):
     """Storage or a peer failed in a way that a later retry may not see."""
 
     exit_code = EXIT_TRANSIENT
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """The error, then what caused it (explicitly or while handling), without cycles: a
+    library's wrapper hides the failure that tells what to do."""
+    seen: set[int] = set()
+    link: BaseException | None = error
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__

@@ -90,8 +90,9 @@ _SHARED_MEMORY_FAILURE = re.compile(r"(shared memory|</torch_\d+_\d+).*: ([^:]+)
 def shared_memory_error(error: BaseException) -> TesseraError | None:
     """The Tessera error for torch failing to make a tensor in shared memory (a full or
     small /dev/shm: Docker's default is 64 MB); None for any other error."""
-    found = _SHARED_MEMORY_FAILURE.search(str(error).strip())
-    if not isinstance(error, RuntimeError) or found is None:
+    found = _SHARED_MEMORY_FAILURE.search(str(error).strip()) \
+        if isinstance(error, RuntimeError) else None
+    if found is None:
         return None
     reason, number = found.group(2), int(found.group(3))
     family = TransientError if number in TRANSIENT else BadInputError

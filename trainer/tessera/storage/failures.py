@@ -11,9 +11,11 @@ import asyncio
 import enum
 import functools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from ..errors import causes
 
 
 class Failure(enum.Enum):
@@ -40,7 +42,7 @@ def classify(error: BaseException) -> Failure | None:
         return Failure.NO_BUCKET if NO_BUCKET_CODE in _codes(error) else None
     if isinstance(error, PermissionError):  # remote only: a local one has no server code
         return Failure.DENIED if _codes(error) else None
-    for link in _chain(error):
+    for link in causes(error):
         kind = _classify_one(link)
         if kind is not None:
             return kind
@@ -107,21 +109,11 @@ def _classify_response(response: Mapping[str, Any]) -> Failure | None:
 
 def _codes(error: BaseException) -> list[str]:
     codes = []
-    for link in _chain(error):
+    for link in causes(error):
         response = getattr(link, "response", None)
         if isinstance(response, Mapping) and isinstance(response.get("Error"), Mapping):
             codes.append(str(response["Error"].get("Code", "")))
     return codes
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-    """The error, then what caused it (explicitly or while handling), without cycles."""
-    seen: set[int] = set()
-    link: BaseException | None = error
-    while link is not None and id(link) not in seen:
-        seen.add(id(link))
-        yield link
-        link = link.__cause__ or link.__context__
 
 
 @functools.cache

@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import ConfigSchema, parse_config
 from ..config.redaction import redacted, without_url_credentials
-from ..errors import BadInputError, ConfigError, FormatError, TransientError
+from ..errors import BadInputError, ConfigError, FormatError, TransientError, causes
 from ..log_records import is_number
 from ..storage.fs import Directory
 from ..tracking import CurveWriter, trial_tracking_path
@@ -93,7 +93,7 @@ def study_database_errors(path: Path) -> Iterator[None]:
     try:
         yield
     except (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError) as error:
-        failure = next((link for link in _causes(error)
+        failure = next((link for link in causes(error)
                         if isinstance(link, sqlalchemy.exc.OperationalError)), None)
         if failure is None:  # Optuna's wrapper of another failure: a bug, not the disk
             raise
@@ -105,14 +105,6 @@ def study_database_errors(path: Path) -> Iterator[None]:
         raise TransientError(f"{path}: the study's database could not be written or read "
                              f"({reason}; a full disk?); free some space, then run the same "
                              "command: the study continues") from None
-
-
-def _causes(error: BaseException) -> Iterator[BaseException]:
-    """The error, then what raised it, as far as the chain goes."""
-    link: BaseException | None = error
-    while link is not None:
-        yield link
-        link = link.__cause__
 
 
 def check_study_file(path: Path) -> None:
