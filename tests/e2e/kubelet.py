@@ -122,7 +122,10 @@ class Kubelet:
         async def send() -> bool:
             for container in self._containers.values():
                 if container.name == pod and container.process.returncode is None:
-                    os.killpg(container.process.pid, signum)
+                    try:
+                        os.killpg(container.process.pid, signum)
+                    except ProcessLookupError:  # exited; asyncio has not seen it yet
+                        return False
                     return True
             return False
 
