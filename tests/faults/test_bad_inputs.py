@@ -526,7 +526,10 @@ ROWS: dict[str, BadInput] = {
         (*EVAL, *on_s3(bogus_option="1")), "bogus_option"),
     "S3 endpoint_url not a URL": BadInput((*EVAL, *on_s3(endpoint="not a url")), "not a url"),
     "S3 client option of a wrong type": BadInput(
-        (*EVAL, *on_s3(config_kwargs="{retries: often}")), "storage_options"),
+        (*EVAL, *on_s3(config_kwargs="{retries: often}")), "config_kwargs retries"),
+    "S3 time-out not a number": BadInput(  # refused at the first request; no retry mends it
+        (*EVAL, *on_s3(config_kwargs="{connect_timeout: '5'}"), "-p",
+         "storage_retry_timeout=20"), "config_kwargs connect_timeout"),
     "FTP server refusing": BadInput(
         (*EVAL, "-p", "checkpoint_path=ftp://127.0.0.1:9/ckpt", "-p",
          "storage_retry_timeout=0"), "ftp://127.0.0.1:9", exit_code=75),

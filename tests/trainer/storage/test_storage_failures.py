@@ -12,7 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    HTTPClientError,
+    ReadTimeoutError,
+)
 from support.s3_server import S3_BUCKET, WeedServer
 
 from tessera.errors import BadInputError, TransientError
@@ -52,6 +57,8 @@ def wrapped(cause: BaseException, outer: type[OSError] = OSError, *args: Any) ->
     (PermissionError(13, "local"), None),
     (OSError(28, "No space left on device"), None),
     (ValueError("a bug"), None),
+    (HTTPClientError(error=TypeError("'<=' between str and int")), Failure.SETTINGS),
+    (HTTPClientError(error=ConnectionResetError(104, "reset")), Failure.TRANSIENT),
 ], ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value))
 def test_failures_are_classified_through_the_exception_chain(error: BaseException,
                                                              expected: Failure | None) -> None:

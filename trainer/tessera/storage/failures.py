@@ -22,6 +22,7 @@ class Failure(enum.Enum):
     TRANSIENT = "transient"  # connection refused or reset, time-outs, 5xx, throttling
     DENIED = "denied"  # credentials refused or missing, access to the bucket denied
     NO_BUCKET = "no bucket"
+    SETTINGS = "settings"  # the client cannot send a request with the options it was given
 
 
 # Error codes of S3-protocol servers (AWS, MinIO, SeaweedFS...) that a later retry may not see.
@@ -52,6 +53,15 @@ def classify(error: BaseException) -> Failure | None:
 def error_code(error: BaseException) -> str | None:
     """The server's error code (`InvalidAccessKeyId`...) found in the chain, if any."""
     return next(iter(_codes(error)), None)
+
+
+def options_to_check(storage_options: Mapping[str, Any]) -> str:
+    """What a user should look at when a client refuses its options: config_kwargs, where
+    given, is passed to botocore unchecked, so its values are the usual suspects."""
+    given = storage_options.get("config_kwargs")
+    if isinstance(given, Mapping) and given:
+        return f"storage_options (the values of config_kwargs {', '.join(sorted(given))})"
+    return "storage_options"
 
 
 def bucket_of(url: str) -> str:
@@ -88,11 +98,30 @@ def _classify_one(error: BaseException) -> Failure | None:
         return _classify_response(response)
     if isinstance(error, _denied_types()):
         return Failure.DENIED
+    if _is_refused_setting(error):
+        return Failure.SETTINGS
     if isinstance(error, _transient_types()):
         return Failure.TRANSIENT
     if type(error) is OSError and error.errno is None:  # a remote backend's bare OSError
         return Failure.TRANSIENT
     return None
+
+
+def _is_refused_setting(error: BaseException) -> bool:
+    """botocore reports any exception its HTTP client raises as HTTPClientError, which is
+    also how a dropped connection looks; a TypeError or ValueError inside it is a value of
+    the wrong type among the options (`config_kwargs={"connect_timeout": "5"}`), which no
+    retry mends."""
+    inner = getattr(error, "kwargs", {}).get("error") if _is_http_client_error(error) else None
+    return isinstance(inner, (TypeError, ValueError, AttributeError))
+
+
+def _is_http_client_error(error: BaseException) -> bool:
+    try:
+        from botocore.exceptions import HTTPClientError
+    except ImportError:
+        return False
+    return isinstance(error, HTTPClientError)
 
 
 def _classify_response(response: Mapping[str, Any]) -> Failure | None:

@@ -33,6 +33,7 @@ from ..errors import BadInputError, FormatError, TesseraError
 from ..metrics import STORAGE_READ_BYTES, STORAGE_WRITTEN_BYTES
 from ..os_errors import local_errors_named
 from ..processes import process_is_running
+from .failures import options_to_check
 from .retry import call_with_retries
 
 T = TypeVar("T")
@@ -77,7 +78,7 @@ class Directory:
         except Exception as error:  # an unknown scheme, or options its backend refuses
             raise BadInputError(f"{self.url}: cannot be opened ({type(error).__name__}: "
                                 f"{error}); check its scheme (local paths, s3://, gs://...) "
-                                "and storage_options") from None
+                                f"and {options_to_check(self.storage_options)}") from None
         self.root = self.root.rstrip("/") if self.root != "/" else self.root
         if _is_s3(self.url):
             self.fs.retries = 1  # s3fs's own loop; see _filesystem_options

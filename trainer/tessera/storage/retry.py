@@ -19,7 +19,15 @@ from typing import Any, TypeVar
 
 from ..errors import BadInputError, TesseraError, TransientError
 from ..os_errors import classify_local
-from .failures import Failure, bucket_of, classify, credential_source, error_code, one_line
+from .failures import (
+    Failure,
+    bucket_of,
+    classify,
+    credential_source,
+    error_code,
+    one_line,
+    options_to_check,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +108,10 @@ def _final_error(location: str, error: Exception, failure: Failure | None,
     if failure is Failure.NO_BUCKET:
         return BadInputError(f"{location}: bucket {bucket!r} does not exist (credentials of "
                              f"{source}); create it or correct the path")
+    if failure is Failure.SETTINGS:
+        return BadInputError(f"{location}: the storage client cannot send a request with its "
+                             f"options ({one_line(error)}); check the types in "
+                             f"{options_to_check(storage_options)}")
     return None
 
 
