@@ -125,6 +125,8 @@ def test_a_restarted_operator_adopts_the_running_pods(cluster: Cluster, s3_job: 
     assert len(cluster.kubelet.logs(TRAINER)) == 1
 
 
+RUN_2_PODS = (LOCK_SERVER, TRAINER, "umls-trainer-1")
+
 
 def test_trainers_scaled_mid_run_resume_from_the_last_checkpoint_uncharged(
         cluster: Cluster, s3_job: Any, training_data: TrainingData) -> None:
@@ -143,13 +145,14 @@ def test_trainers_scaled_mid_run_resume_from_the_last_checkpoint_uncharged(
     cluster.wait_for_log(TRAINER, COMMITTED, HANDOVER_SECONDS)
     assert len(cluster.kubelet.logs(LOCK_SERVER)) == 1  # it took the lease at once
 
-    cluster.pause(TRAINER)
+    for pod in RUN_2_PODS:  # a hung node: nobody's missed heartbeat aborts the run meanwhile
+        cluster.pause(pod)
     cluster.kubelet.hold_deletions()
     scale(cluster, 1)
     eventually(lambda: all(pod["metadata"].get("deletionTimestamp")
                            for pod in cluster.pods("umls")), "run 2's pods to be deleted",
                STATUS_SECONDS)
-    for pod in (LOCK_SERVER, TRAINER, "umls-trainer-1"):
+    for pod in RUN_2_PODS:
         cluster.kubelet.kill(pod)  # their grace period is over
     left = expire_soon(training_data, LEFT_LEASE_SECONDS)
     assert left.host == LOCK_SERVER

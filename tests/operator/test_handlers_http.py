@@ -49,6 +49,12 @@ def set_trainer(kube: KubeClient, status: dict[str, Any]) -> None:
     kube.patch("v1", "Pod", TRAINER, {"status": status}, subresource="status")
 
 
+def status_with_progress(kube: KubeClient) -> dict[str, Any] | None:
+    """The job's status once it shows what the trainer reported (None: not yet)."""
+    status = kube.get(JOB_API, JOB_KIND, "livejournal")["status"]
+    return status if "updateTime" in (status.get("progress") or {}) else None
+
+
 def test_operator_runs_a_job_through_its_phases(api: tuple[ApiServer, KubeClient]) -> None:
     server, kube = api
     job = yaml.safe_load((REPO / "crds" / "examples" / "minimal.yaml").read_text())
@@ -72,7 +78,10 @@ def test_operator_runs_a_job_through_its_phases(api: tuple[ApiServer, KubeClient
         set_trainer(kube, {"phase": "Running", "containerStatuses": [
             {"name": "trainer", "state": {"running": {}}}]})
         eventually(lambda: phase(kube) == "Running", "phase Running", WAIT_SECONDS)
-        status = kube.get(JOB_API, JOB_KIND, "livejournal")["status"]
+        # The log is followed from the moment the pod runs: its record may reach the status
+        # in the reconcile after the one that wrote Running.
+        status = eventually(lambda: status_with_progress(kube), "the trainer's progress",
+                            WAIT_SECONDS)
         assert status["readyPods"] == {"trainers": 1}
         assert (status["progress"]["epochs"], status["progress"]["percentComplete"],
                 status["progress"]["edgesPerSecond"]) == ("3/10", "50%", 1234.5)
