@@ -4,6 +4,7 @@ budget is one TransientError line, refused credentials and missing buckets are b
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from botocore.exceptions import (
     EndpointConnectionError,
     HTTPClientError,
     ReadTimeoutError,
+    SSLError,
 )
 from support.s3_server import S3_BUCKET, WeedServer
 
@@ -32,6 +34,11 @@ OUTAGE_S = 2.0
 def client_error(code: str, status: int) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": "..."},
                         "ResponseMetadata": {"HTTPStatusCode": status}}, "GetObject")
+
+
+def raised_from(error: BaseException, cause: BaseException) -> BaseException:
+    error.__cause__ = cause
+    return error
 
 
 def wrapped(cause: BaseException, outer: type[OSError] = OSError, *args: Any) -> OSError:
@@ -58,7 +65,12 @@ def wrapped(cause: BaseException, outer: type[OSError] = OSError, *args: Any) ->
     (OSError(28, "No space left on device"), None),
     (ValueError("a bug"), None),
     (HTTPClientError(error=TypeError("'<=' between str and int")), Failure.SETTINGS),
+    (HTTPClientError(error=FileNotFoundError(2, "no CA bundle")), Failure.SETTINGS),
     (HTTPClientError(error=ConnectionResetError(104, "reset")), Failure.TRANSIENT),
+    (raised_from(SSLError(endpoint_url="https://s3", error="..."),
+                 ssl.SSLCertVerificationError(1, "self-signed certificate")), Failure.SETTINGS),
+    (raised_from(SSLError(endpoint_url="https://s3", error="..."),
+                 ssl.SSLEOFError(8, "EOF in violation of protocol")), Failure.TRANSIENT),
 ], ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value))
 def test_failures_are_classified_through_the_exception_chain(error: BaseException,
                                                              expected: Failure | None) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import enum
 import functools
 import os
+import ssl
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,12 +57,12 @@ def error_code(error: BaseException) -> str | None:
 
 
 def options_to_check(storage_options: Mapping[str, Any]) -> str:
-    """What a user should look at when a client refuses its options: config_kwargs, where
-    given, is passed to botocore unchecked, so its values are the usual suspects."""
-    given = storage_options.get("config_kwargs")
-    if isinstance(given, Mapping) and given:
-        return f"storage_options (the values of config_kwargs {', '.join(sorted(given))})"
-    return "storage_options"
+    """Where to look when a client refuses its settings: the keys of what is handed to the
+    client unchecked (client_kwargs, config_kwargs), by name, never by value."""
+    given = [f"{part} {', '.join(sorted(storage_options[part]))}"
+             for part in ("client_kwargs", "config_kwargs")
+             if isinstance(storage_options.get(part), Mapping) and storage_options[part]]
+    return f"storage_options ({'; '.join(given)})" if given else "storage_options"
 
 
 def bucket_of(url: str) -> str:
@@ -98,7 +99,7 @@ def _classify_one(error: BaseException) -> Failure | None:
         return _classify_response(response)
     if isinstance(error, _denied_types()):
         return Failure.DENIED
-    if _is_refused_setting(error):
+    if _is_settings_failure(error):
         return Failure.SETTINGS
     if isinstance(error, _transient_types()):
         return Failure.TRANSIENT
@@ -107,13 +108,23 @@ def _classify_one(error: BaseException) -> Failure | None:
     return None
 
 
-def _is_refused_setting(error: BaseException) -> bool:
-    """botocore reports any exception its HTTP client raises as HTTPClientError, which is
-    also how a dropped connection looks; a TypeError or ValueError inside it is a value of
-    the wrong type among the options (`config_kwargs={"connect_timeout": "5"}`), which no
-    retry mends."""
-    inner = getattr(error, "kwargs", {}).get("error") if _is_http_client_error(error) else None
-    return isinstance(inner, (TypeError, ValueError, AttributeError))
+def _is_settings_failure(error: BaseException) -> bool:
+    """Whether `error` is the client refusing its own settings, which no retry mends, though
+    botocore reports it as it reports an outage: a TLS handshake that fails on the endpoint's
+    certificate or on an https URL for a plain-http server, or (HTTPClientError being any
+    exception its HTTP client raised) a value of the wrong type among the options
+    (`config_kwargs={"connect_timeout": "5"}`) or a CA bundle that is not there."""
+    if _is_http_client_error(error):
+        return isinstance(getattr(error, "kwargs", {}).get("error"), _SETTINGS_ERRORS)
+    return any(isinstance(link, ssl.SSLCertVerificationError)
+               or (isinstance(link, ssl.SSLError)  # aiohttp's too, which lack `reason`
+                   and getattr(link, "reason", None) in _TLS_SETTINGS_REASONS)
+               for link in causes(error))
+
+
+_SETTINGS_ERRORS = (TypeError, ValueError, AttributeError, FileNotFoundError,
+                    IsADirectoryError, NotADirectoryError, PermissionError)
+_TLS_SETTINGS_REASONS = frozenset({"WRONG_VERSION_NUMBER", "CERTIFICATE_VERIFY_FAILED"})
 
 
 def _is_http_client_error(error: BaseException) -> bool:

@@ -110,7 +110,7 @@ def _final_error(location: str, error: Exception, failure: Failure | None,
                              f"{source}); create it or correct the path")
     if failure is Failure.SETTINGS:
         return BadInputError(f"{location}: the storage client cannot send a request with its "
-                             f"options ({one_line(error)}); check the types in "
+                             f"settings ({one_line(error)}); check "
                              f"{options_to_check(storage_options)}")
     return None
 
