@@ -11,16 +11,20 @@ before changed or deleted (a failed command may leave only the files a row lists
 from __future__ import annotations
 
 import fnmatch
+import functools
 import gzip
 import hashlib
 import io
 import json
 import shutil
 import struct
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -51,6 +55,25 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("workspace")
     build_workspace(root)
     yield root
+
+
+@pytest.fixture(scope="module")
+def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a web server that is no S3 server: it answers GET and HEAD from an empty
+    folder, and anything else with 501 Not Implemented."""
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # the rows count the lines on stderr
+            pass
+
+    folder = tmp_path_factory.mktemp("web")
+    server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                 functools.partial(Quiet, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
 
 
 def on_s3(bucket: str = "tessera-test", key: str = "'{key}'", secret: str = "'{secret}'",
@@ -541,6 +564,9 @@ ROWS: dict[str, BadInput] = {
     "S3 CA bundle missing": BadInput(
         (*EVAL, *on_s3(endpoint="{https_endpoint}", verify="missing-ca.pem"), "-p",
          "storage_retry_timeout=20"), "client_kwargs endpoint_url, region_name, verify"),
+    "S3 endpoint that is no S3 server": BadInput(  # a web server: PUT is 501 Not Implemented
+        (*TRAIN, *on_s3(endpoint="{web_endpoint}"), "-p", "storage_retry_timeout=20"),
+        "client_kwargs endpoint_url"),
     "FTP server refusing": BadInput(
         (*EVAL, "-p", "checkpoint_path=ftp://127.0.0.1:9/ckpt", "-p",
          "storage_retry_timeout=0"), "ftp://127.0.0.1:9", exit_code=75),
@@ -605,6 +631,9 @@ def test_bad_input_meets_the_contract(row: BadInput, workspace: Path, tmp_path: 
     monkeypatch.delenv("TESSERA_TEST_UNSET", raising=False)
     row.prepare(root)
     argv, secrets = list(row.argv), ["wrong-secret"]
+    if any("{web_endpoint}" in arg for arg in argv):
+        argv = [arg.replace("{web_endpoint}", request.getfixturevalue("web_server"))
+                for arg in argv]
     if any(url in arg for arg in argv for url in ("{endpoint}", "{https_endpoint}")):
         server = request.getfixturevalue("s3_server")
         https = server.endpoint_url.replace("http://", "https://", 1)

@@ -55,6 +55,8 @@ def wrapped(cause: BaseException, outer: type[OSError] = OSError, *args: Any) ->
     (wrapped(client_error("SlowDown", 503), OSError, 16, "busy"), Failure.TRANSIENT),
     (wrapped(client_error("InternalError", 500), OSError, 121, "remote"), Failure.TRANSIENT),
     (client_error("ServiceUnavailable", 503), Failure.TRANSIENT),
+    (wrapped(client_error("501", 501), OSError, 38, "Not Implemented"), Failure.SETTINGS),
+    (client_error("NotImplemented", 501), Failure.SETTINGS),
     (wrapped(client_error("InvalidAccessKeyId", 403), PermissionError), Failure.DENIED),
     (wrapped(client_error("SignatureDoesNotMatch", 403), PermissionError), Failure.DENIED),
     (wrapped(client_error("AccessDenied", 403), PermissionError), Failure.DENIED),

@@ -13,6 +13,7 @@ import functools
 import os
 import ssl
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,7 +24,7 @@ class Failure(enum.Enum):
     TRANSIENT = "transient"  # connection refused or reset, time-outs, 5xx, throttling
     DENIED = "denied"  # credentials refused or missing, access to the bucket denied
     NO_BUCKET = "no bucket"
-    SETTINGS = "settings"  # the client cannot send a request with the options it was given
+    SETTINGS = "settings"  # no request can succeed with these options or this endpoint
 
 
 # Error codes of S3-protocol servers (AWS, MinIO, SeaweedFS...) that a later retry may not see.
@@ -35,6 +36,7 @@ DENIED_CODES = frozenset({
     "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
     "InvalidToken", "AccountProblem", "AllAccessDisabled", "InvalidSecurity"})
 NO_BUCKET_CODE = "NoSuchBucket"
+NOT_IMPLEMENTED_CODE = "NotImplemented"
 
 
 def classify(error: BaseException) -> Failure | None:
@@ -138,6 +140,8 @@ def _is_http_client_error(error: BaseException) -> bool:
 def _classify_response(response: Mapping[str, Any]) -> Failure | None:
     code = str(response["Error"].get("Code", ""))
     status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    if code == NOT_IMPLEMENTED_CODE or status == HTTPStatus.NOT_IMPLEMENTED:
+        return Failure.SETTINGS  # an endpoint that is no S3 server, or lacks the request
     if code in TRANSIENT_CODES or status >= 500 or status == 429:
         return Failure.TRANSIENT
     if code in DENIED_CODES or status == 403:

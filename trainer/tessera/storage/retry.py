@@ -109,9 +109,8 @@ def _final_error(location: str, error: Exception, failure: Failure | None,
         return BadInputError(f"{location}: bucket {bucket!r} does not exist (credentials of "
                              f"{source}); create it or correct the path")
     if failure is Failure.SETTINGS:
-        return BadInputError(f"{location}: the storage client cannot send a request with its "
-                             f"settings ({one_line(error)}); check "
-                             f"{options_to_check(storage_options)}")
+        return BadInputError(f"{location}: no request can succeed with these storage settings "
+                             f"({one_line(error)}); check {options_to_check(storage_options)}")
     return None
 
 
