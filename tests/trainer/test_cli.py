@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from support.workspace import CONFIG, build_workspace
 
 from tessera.cli import main
 from tessera.errors import EXIT_BAD_INPUT
@@ -197,6 +198,51 @@ def test_a_closed_reader_ends_the_output_quietly() -> None:
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == 128 + signal.SIGPIPE
     assert stderr == ""
+
+
+def tessera_in_bash(redirections: str, *args: str, cwd: Path | None = None,
+                    first: str = "") -> subprocess.CompletedProcess[str]:
+    """`python -m tessera ARGS REDIRECTIONS` run by bash (which can close a descriptor),
+    after the shell command `first`."""
+    command = f'{first}exec "$0" -m tessera "$@" {redirections}'
+    return subprocess.run(["bash", "-c", command, sys.executable, *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(("closed", "args", "code"), [
+    ("<&-", ("config", "check", "{config}"), 0),
+    (">&-", ("config", "check", "{config}"), 0),  # the result is dropped, as print drops it
+    ("2>&-", ("config", "check", "{missing}"), EXIT_BAD_INPUT),  # the error line is dropped
+    ("<&- >&- 2>&-", ("train", "config.yaml", "-p", "edge_paths=edges/train", "-p",
+                      "workers=2", "-p", "checkpoint_path=again"), 0),
+], ids=["stdin", "stdout", "stderr", "all three, Hogwild workers"])
+def test_a_closed_standard_stream_is_read_or_written_as_dev_null(
+        closed: str, args: tuple[str, ...], code: int, tmp_path: Path) -> None:
+    """Started with a standard descriptor closed, Python has no stream for it: the first
+    print or flush was an AttributeError traceback (exit 1)."""
+    build_workspace(tmp_path)
+    args = tuple(arg.format(config=tmp_path / "config.yaml", missing=tmp_path / "none.yaml")
+                 for arg in args)
+    result = tessera_in_bash(closed, *args, cwd=tmp_path)
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    if args[0] == "train":
+        versions = CONFIG["num_epochs"] * CONFIG["num_edge_chunks"]  # one a chunk
+        assert int((tmp_path / "again" / "checkpoint_version.txt").read_text()) == versions
+
+
+def test_a_deleted_working_directory_is_one_line_not_a_crash_in_torch(tmp_path: Path) -> None:
+    """torch's MKL aborts a process whose working directory was deleted (exit 2, "oneMKL
+    FATAL ERROR"); the command names the directory first."""
+    build_workspace(tmp_path)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    result = tessera_in_bash("", "eval", str(tmp_path / "config.yaml"), cwd=gone,
+                             first=f"rmdir {gone} && ")
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert result.stderr.splitlines() == [
+        f"tessera eval: error: {gone}: the working directory was deleted; change to one that "
+        "exists and run the command again"]
 
 
 def test_the_command_ends_like_a_normal_exit_without_the_teardown(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from .errors import BadInputError, ConfigError, TesseraError, TransientError
 from .log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EVALUATION_FINISHED
 from .openmp_waits import shorten_spinning
 from .os_errors import classify_local, shared_memory_error
+from .process_start import check_working_directory, open_closed_streams
 from .progress import Reporter, report_logs
 from .stop_signals import Terminated, install_stop_handlers
 from .training.allocator import one_heap_for_all_threads
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = Reporter("quiet" if args.quiet else args.log_format)
     report_logs(reporter)
     try:
+        check_working_directory()
         _serve_metrics(args, reporter)
         return int(args.run(args, reporter) or 0)
     except TesseraError as error:
@@ -108,6 +110,7 @@ def run() -> NoReturn:
     """The `tessera` command: `main`, then the end of a normal exit (other threads waited
     for, exit handlers run, output flushed) without taking the interpreter apart: torch's
     modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
+    open_closed_streams()
     shorten_spinning()  # before a subcommand imports torch
     install_stop_handlers()
     one_heap_for_all_threads()  # before any thread starts
