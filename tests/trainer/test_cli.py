@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from support.workspace import CONFIG, build_workspace
 
 from tessera.cli import main
-from tessera.errors import EXIT_BAD_INPUT
+from tessera.errors import EXIT_BAD_INPUT, EXIT_TRANSIENT
 
 UMLS = Path(__file__).resolve().parents[2] / "examples" / "umls"
 
@@ -243,6 +244,37 @@ def test_a_deleted_working_directory_is_one_line_not_a_crash_in_torch(tmp_path: 
     assert result.stderr.splitlines() == [
         f"tessera eval: error: {gone}: the working directory was deleted; change to one that "
         "exists and run the command again"]
+
+
+def train_with_open_file_limits(root: Path, soft: int, hard: int
+                                ) -> subprocess.CompletedProcess[str]:
+    """`tessera train` with two Hogwild workers (each shared table passed as a descriptor)
+    under the given limits on open files."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return subprocess.run([sys.executable, "-m", "tessera", "train", "config.yaml", "-p",
+                           "edge_paths=edges/train", "-p", "workers=2", "-p",
+                           "checkpoint_path=again", "--quiet"], cwd=root, preexec_fn=limit,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_low_soft_limit_on_open_files_is_raised_to_the_hard_one(tmp_path: Path) -> None:
+    """A soft limit of 20 ended this run in "too many open files"; the hard one is higher."""
+    build_workspace(tmp_path)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    result = train_with_open_file_limits(tmp_path, 20, hard)
+    assert result.returncode == 0, result.stderr
+
+
+def test_too_many_open_files_is_one_line(tmp_path: Path) -> None:
+    """At a hard limit too low for the workers, the error names no file: it was a traceback."""
+    build_workspace(tmp_path)
+    result = train_with_open_file_limits(tmp_path, 20, 20)
+    assert result.returncode == EXIT_TRANSIENT, result.stderr
+    assert result.stderr.splitlines() == [
+        "tessera train: error: too many open files in this process; raise its limit "
+        "(`ulimit -n`, the hard one too) or retry with fewer workers"]
 
 
 def test_the_command_ends_like_a_normal_exit_without_the_teardown(tmp_path: Path) -> None:

@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 from .errors import BadInputError, ConfigError, TesseraError, TransientError
 from .log_records import CHECKPOINT_COMMITTED, CHECKPOINT_VERSION, EVALUATION_FINISHED
 from .openmp_waits import shorten_spinning
-from .os_errors import classify_local, shared_memory_error
-from .process_start import check_working_directory, open_closed_streams
+from .os_errors import PROCESS_LIMITS, classify_local, shared_memory_error
+from .process_start import check_working_directory, open_closed_streams, raise_open_file_limit
 from .progress import Reporter, report_logs
 from .stop_signals import Terminated, install_stop_handlers
 from .training.allocator import one_heap_for_all_threads
@@ -95,6 +95,8 @@ def _allocation(error: BaseException) -> str:
 def _named_os_error(error: OSError) -> TesseraError | None:
     """The last resort for an OSError about a file: the error of its errno's family (an
     unknown errno counts as transient: the machine, not the input, is the likelier cause)."""
+    if error.errno in PROCESS_LIMITS:  # about no one file: the process's or machine's
+        return classify_local(error)
     if not error.filename or error.errno is None:
         return None  # no file to name: a bug, whose traceback helps
     classified = classify_local(error)
@@ -111,6 +113,7 @@ def run() -> NoReturn:
     for, exit handlers run, output flushed) without taking the interpreter apart: torch's
     modules and libraries take 0.3-0.6 s to tear down, a quarter of a short training run."""
     open_closed_streams()
+    raise_open_file_limit()
     shorten_spinning()  # before a subcommand imports torch
     install_stop_handlers()
     one_heap_for_all_threads()  # before any thread starts

@@ -21,9 +21,12 @@ TRANSIENT = {
     errno.ENOSPC: "no space left on device; free some space (or name another disk), then retry",
     errno.EDQUOT: "disk quota exceeded; free some space (or name another disk), then retry",
     errno.EIO: "input/output error (a failing disk or mount); retry, or name another disk",
-    errno.EMFILE: "too many open files in this process; retry with fewer workers",
+    errno.EMFILE: "too many open files in this process; raise its limit (`ulimit -n`, the "
+                  "hard one too) or retry with fewer workers",
     errno.ENFILE: "too many open files on this machine; retry when fewer are open",
 }
+# Errnos about the process or the machine, not about the file at hand (if any).
+PROCESS_LIMITS = frozenset({errno.EMFILE, errno.ENFILE})
 BAD_PLACE = {
     errno.EROFS: "read-only file system; name a place that can be written",
     errno.ELOOP: "too many levels of symbolic links (a symlink loop?); fix the link or name "
