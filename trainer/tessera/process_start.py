@@ -27,10 +27,8 @@ from .errors import BadInputError
 STREAMS = (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w"))
 
 
-def open_closed_streams() -> list[str]:
-    """Open each closed standard descriptor on /dev/null and give Python a stream for it;
-    the names of those that were closed."""
-    reopened = []
+def open_closed_streams() -> None:
+    """Open each closed standard descriptor on /dev/null and give Python a stream for it."""
     for name, descriptor, mode in STREAMS:
         try:
             os.fstat(descriptor)
@@ -42,8 +40,6 @@ def open_closed_streams() -> list[str]:
             os.dup2(null, descriptor)
             os.close(null)
         setattr(sys, name, open(descriptor, mode, encoding="utf-8", closefd=False))
-        reopened.append(name)
-    return reopened
 
 
 def check_working_directory() -> None:
