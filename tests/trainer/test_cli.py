@@ -211,12 +211,11 @@ def tessera_in_bash(redirections: str, *args: str, cwd: Path | None = None,
 
 
 @pytest.mark.parametrize(("closed", "args", "code"), [
-    ("<&-", ("config", "check", "{config}"), 0),
     (">&-", ("config", "check", "{config}"), 0),  # the result is dropped, as print drops it
     ("2>&-", ("config", "check", "{missing}"), EXIT_BAD_INPUT),  # the error line is dropped
     ("<&- >&- 2>&-", ("train", "config.yaml", "-p", "edge_paths=edges/train", "-p",
                       "workers=2", "-p", "checkpoint_path=again"), 0),
-], ids=["stdin", "stdout", "stderr", "all three, Hogwild workers"])
+], ids=["stdout", "stderr", "stdin, stdout and stderr, Hogwild workers"])
 def test_a_closed_standard_stream_is_read_or_written_as_dev_null(
         closed: str, args: tuple[str, ...], code: int, tmp_path: Path) -> None:
     """Started with a standard descriptor closed, Python has no stream for it: the first
