@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import io
 import itertools
 import json
+import os
 import tracemalloc
 import zlib
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -121,6 +124,29 @@ def test_files_are_exactly_pbgs_format_when_opened_with_h5py_alone(tmp_path):
         assert translation.attrs["state_dict_key"] == "rhs_operators.0.translation"
         np.testing.assert_array_equal(translation[()], np.ones(4, dtype=np.float32))
         assert file["optimizer/state_dict"][()].tobytes() == optimizer_state_of(1)
+
+
+def test_a_checkpoint_locked_by_another_program_is_read_not_called_corrupt(local_dir):
+    """A program holding an HDF5 lock on a file (h5py opened it for writing; a file system
+    without locks says ENOLCK instead) made HDF5's own locking refuse it, which the reader
+    took for a corrupt file to restore from a copy; Tessera's writers never share a file,
+    so it takes no HDF5 locks."""
+    store = CheckpointStore(local_dir)
+    write_version(store, 1)
+    store.commit(1, {})
+    held = []
+    for path in sorted((Path(local_dir.url)).glob("*.h5")):
+        descriptor = os.open(path, os.O_RDWR)
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as HDF5 takes it
+        held.append(descriptor)
+    try:
+        assert_holds_version(store, 1)
+        write_version(store, 2)  # its own new files: nothing to wait for
+        store.commit(2, {})
+        assert_holds_version(store, 2)
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
 
 
 def test_commit_deletes_the_previous_version(directory):

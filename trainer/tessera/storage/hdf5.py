@@ -69,6 +69,14 @@ def _cyclic_gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+# HDF5's own file locks are off. Tessera's writers never share a file (each writes its own
+# temporary file, published by a rename, under the checkpoint's lease), so the locks guard
+# nothing here; where they are not supported (NFS, Lustre: ENOLCK, ENOSYS) or another program
+# holds one (h5py in a notebook, a file opened for writing), they refused a sound file, which
+# a reader took for a corrupt one.
+HDF5_LOCKING = False
+
+
 @contextlib.contextmanager
 def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Iterator[h5py.File]:
     """Open `name` for reading; a missing file is a BadInputError, a corrupt one a FormatError
@@ -85,7 +93,8 @@ def reading_hdf5(directory: Directory, name: str, missing_hint: str = "") -> Ite
             # No chunk cache: readers take whole row ranges, which HDF5 then reads straight
             # into their arrays; a cache (1 MiB per dataset) would only add to a bucket's
             # memory.
-            file = stack.enter_context(h5py.File(source, "r", rdcc_nbytes=0))
+            file = stack.enter_context(h5py.File(source, "r", rdcc_nbytes=0,
+                                                 locking=HDF5_LOCKING))
         except FileNotFoundError as error:
             raise BadInputError(f"{url}: file not found{missing_hint}") from error
         except OSError as error:  # h5py's way of saying "truncated" or "not HDF5 at all"
@@ -139,7 +148,7 @@ def new_hdf5_file(path: str, **options: Any) -> Iterator[h5py.File]:
     (a full disk) leaves a file that HDF5 may not let go of at the first close, and a file
     left open crashes the process at exit. A failure of the last writes, at close, is the
     OSError of its errno."""
-    file = h5py.File(path, "w", **options)
+    file = h5py.File(path, "w", locking=HDF5_LOCKING, **options)
     try:
         yield file
     except BaseException:
