@@ -46,7 +46,10 @@ def classify(error: BaseException) -> Failure | None:
         return Failure.NO_BUCKET if NO_BUCKET_CODE in _codes(error) else None
     if isinstance(error, PermissionError):  # remote only: a local one has no server code
         return Failure.DENIED if _codes(error) else None
-    for link in causes(error):
+    links = list(causes(error))
+    if any(_refuses_its_settings(link) for link in links):
+        return Failure.SETTINGS
+    for link in links:
         kind = _classify_one(link)
         if kind is not None:
             return kind
@@ -101,8 +104,6 @@ def _classify_one(error: BaseException) -> Failure | None:
         return _classify_response(response)
     if isinstance(error, _denied_types()):
         return Failure.DENIED
-    if _is_settings_failure(error):
-        return Failure.SETTINGS
     if isinstance(error, _transient_types()):
         return Failure.TRANSIENT
     if type(error) is OSError and error.errno is None:  # a remote backend's bare OSError
@@ -110,18 +111,17 @@ def _classify_one(error: BaseException) -> Failure | None:
     return None
 
 
-def _is_settings_failure(error: BaseException) -> bool:
+def _refuses_its_settings(error: BaseException) -> bool:
     """Whether `error` is the client refusing its own settings, which no retry mends, though
-    botocore reports it as it reports an outage: a TLS handshake that fails on the endpoint's
-    certificate or on an https URL for a plain-http server, or (HTTPClientError being any
-    exception its HTTP client raised) a value of the wrong type among the options
-    (`config_kwargs={"connect_timeout": "5"}`) or a CA bundle that is not there."""
+    botocore wraps it as it wraps an outage (in SSLError, or in HTTPClientError, which holds
+    whatever its HTTP client raised): a TLS handshake that fails on the endpoint's
+    certificate or on an https URL for a plain-http server, a value of the wrong type among
+    the options (`config_kwargs={"connect_timeout": "5"}`), a CA bundle that is not there."""
     if _is_http_client_error(error):
         return isinstance(getattr(error, "kwargs", {}).get("error"), _SETTINGS_ERRORS)
-    return any(isinstance(link, ssl.SSLCertVerificationError)
-               or (isinstance(link, ssl.SSLError)  # aiohttp's too, which lack `reason`
-                   and getattr(link, "reason", None) in _TLS_SETTINGS_REASONS)
-               for link in causes(error))
+    return isinstance(error, ssl.SSLCertVerificationError) or (
+        isinstance(error, ssl.SSLError)  # aiohttp's too, which lack `reason`
+        and getattr(error, "reason", None) in _TLS_SETTINGS_REASONS)
 
 
 _SETTINGS_ERRORS = (TypeError, ValueError, AttributeError, FileNotFoundError,
